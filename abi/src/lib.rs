@@ -1,0 +1,1 @@
+//! CUDA driver API / NVML C ABI: types, constants, symbol versions.

@@ -1,0 +1,1 @@
+//! CDI spec generation for kind `gpuslice.io/gpu`. Empty until issue #6 builds it.

@@ -1,0 +1,1 @@
+//! libgpuslice.so: not built yet (issue #3). Loading it changes nothing.
