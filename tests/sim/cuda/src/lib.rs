@@ -1,1 +1,32 @@
-//! Simulated libcuda.so.1.
+//! Simulated `libcuda.so.1`: the CUDA driver API with real signatures, exported names and error
+//! codes, backed by the shared ground truth of `gpuslice-sim-core` (memory, engines, processes).
+//! A test double: no product binary links it or looks for it.
+//!
+//! Module ownership (each file has one job):
+//! - `device`: `cuInit`, `cuDriverGetVersion`, device enumeration, names, UUIDs, attributes, totals.
+//! - `context`: primary and created contexts, the per-thread context stack.
+//! - `memory`: `cuMemAlloc*`, `cuMemFree*`, `cuMemGetInfo*`, host allocations, memcpy/memset.
+//! - `pool`: stream-ordered allocation and memory pools.
+//! - `vmm`: virtual memory management and shareable-handle export / import.
+//! - `array`: CUDA arrays, 3D arrays, mipmapped arrays.
+//! - `ipc`: IPC memory handles.
+//! - `stream`: streams with priorities and their asynchronous in-order worker.
+//! - `event`: events with real timestamps.
+//! - `module`: modules and functions (`spin` and friends).
+//! - `launch`: `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`.
+//! - `graph`: CUDA Graphs.
+//! - `procaddr`: `cuGetProcAddress` / `cuGetProcAddress_v2` and the symbol version table.
+
+mod array;
+mod context;
+mod device;
+mod event;
+mod graph;
+mod ipc;
+mod launch;
+mod memory;
+mod module;
+mod pool;
+mod procaddr;
+mod stream;
+mod vmm;
