@@ -1,1 +1,65 @@
-fn main() {}
+//! `cargo xtask`: the project's build, test, benchmark and demo entry points.
+//!
+//! - `dist` lays out `target/dist/` exactly as the design brief names it.
+//! - `test [SUITE…]` runs suites (all by default) and ends with one `suites: N passed, N failed` line;
+//!   `test --list` names them.
+//! - `bench NAME` runs a benchmark that prints ratios measured side by side in one run.
+//! - `demo` runs the main story on the simulated GPU (or the real one when a driver is present).
+
+mod bench;
+mod demo;
+mod dist;
+mod shell;
+mod simenv;
+mod suites;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "gpuslice build, test, bench and demo entry points")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build release binaries and lay out target/dist/ (usr/bin, usr/lib/gpuslice, sim/).
+    Dist,
+    /// Run test suites (all when none is named).
+    Test {
+        /// List the suites and what each covers, then exit.
+        #[arg(long)]
+        list: bool,
+        /// Suites to run, in order.
+        suites: Vec<String>,
+    },
+    /// Run one benchmark (`cargo xtask bench --list` names them).
+    Bench {
+        /// List benchmarks and exit.
+        #[arg(long)]
+        list: bool,
+        /// Benchmark name.
+        name: Option<String>,
+        /// Extra arguments passed to the benchmark.
+        #[arg(trailing_var_arg = true)]
+        args: Vec<String>,
+    },
+    /// Run the demo on the simulated GPU (or the real one when an NVIDIA driver is present).
+    Demo {
+        /// Force the simulated GPU even when a driver is present.
+        #[arg(long)]
+        sim: bool,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Dist => dist::run().map(|_| ()),
+        Command::Test { list, suites } => suites::run(list, &suites),
+        Command::Bench { list, name, args } => bench::run(list, name.as_deref(), &args),
+        Command::Demo { sim } => demo::run(sim),
+    }
+}
