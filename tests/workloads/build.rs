@@ -27,9 +27,17 @@ fn main() {
          pub fn lookup(name: &str) -> Option<*mut std::ffi::c_void> {\n    match name {\n",
     );
     for n in &names {
-        writeln!(c, "int {n}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}").unwrap();
+        writeln!(
+            c,
+            "int {n}(void) {{ return 34; /* CUDA_ERROR_STUB_LIBRARY */ }}"
+        )
+        .unwrap();
         writeln!(rs, "    fn {n}();").unwrap();
-        writeln!(lookup, "        \"{n}\" => Some({n} as *mut std::ffi::c_void),").unwrap();
+        writeln!(
+            lookup,
+            "        \"{n}\" => Some({n} as *mut std::ffi::c_void),"
+        )
+        .unwrap();
     }
     rs.push_str("}\n");
     lookup.push_str("        _ => None,\n    }\n}\n");
@@ -43,6 +51,9 @@ fn main() {
         .status()
         .expect("running the C compiler for the libcuda stub");
     assert!(status.success(), "building the libcuda stub failed");
-    println!("cargo:rustc-link-arg-bin=gpuslice-workload-linked=-L{}", out.display());
+    println!(
+        "cargo:rustc-link-arg-bin=gpuslice-workload-linked=-L{}",
+        out.display()
+    );
     println!("cargo:rustc-link-arg-bin=gpuslice-workload-linked=-lcuda");
 }

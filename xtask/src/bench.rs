@@ -8,10 +8,26 @@ use anyhow::{bail, Context, Result};
 
 /// (name, what it measures, issue that builds it when not yet available)
 const BENCHES: &[(&str, &str, Option<u32>)] = &[
-    ("sim", "simulated engine: two-process shares for 50 µs, 1 ms and 5 ms kernels", None),
-    ("interposer", "added ns per launch / alloc-free / cuMemGetInfo with vs without libgpuslice.so", Some(3)),
-    ("share", "achieved compute shares under guarantees, limits and priority", Some(4)),
-    ("container-start", "added container start latency versus plain runc", Some(5)),
+    (
+        "sim",
+        "simulated engine: two-process shares for 50 µs, 1 ms and 5 ms kernels",
+        None,
+    ),
+    (
+        "interposer",
+        "added ns per launch / alloc-free / cuMemGetInfo with vs without libgpuslice.so",
+        Some(3),
+    ),
+    (
+        "share",
+        "achieved compute shares under guarantees, limits and priority",
+        Some(4),
+    ),
+    (
+        "container-start",
+        "added container start latency versus plain runc",
+        Some(5),
+    ),
 ];
 
 pub fn run(list: bool, name: Option<&str>, _args: &[String]) -> Result<()> {
@@ -26,7 +42,9 @@ pub fn run(list: bool, name: Option<&str>, _args: &[String]) -> Result<()> {
     let (_, _, issue) = BENCHES
         .iter()
         .find(|(n, _, _)| *n == name)
-        .with_context(|| format!("unknown benchmark {name:?}; `cargo xtask bench --list` names them"))?;
+        .with_context(|| {
+            format!("unknown benchmark {name:?}; `cargo xtask bench --list` names them")
+        })?;
     if let Some(i) = issue {
         bail!("benchmark {name:?} is not built yet (issue #{i})");
     }
@@ -38,20 +56,40 @@ fn sim() -> Result<()> {
     let dist = dist::run()?;
     let node = SimNode::new(&dist, DEMO_DEVICES)?;
     println!("command: cargo xtask bench sim");
-    println!("{:>10}  {:>8}  {:>8}  {:>8}", "kernel", "proc 0", "proc 1", "sum");
+    println!(
+        "{:>10}  {:>8}  {:>8}  {:>8}",
+        "kernel", "proc 0", "proc 1", "sum"
+    );
     for us in [50u64, 1000, 5000] {
         let out = node
             .workload()
-            .args(["contend", "--procs", "2", "--kernel-us", &us.to_string(), "--seconds", "3"])
+            .args([
+                "contend",
+                "--procs",
+                "2",
+                "--kernel-us",
+                &us.to_string(),
+                "--seconds",
+                "3",
+            ])
             .output()
             .context("running contend")?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
-            bail!("contend failed: {text} {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "contend failed: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let get = |k: &str| gpuslice_field(&text, k);
-        let p0 = text.lines().find(|l| l.starts_with("proc=0")).map(|l| gpuslice_field(l, "share"));
-        let p1 = text.lines().find(|l| l.starts_with("proc=1")).map(|l| gpuslice_field(l, "share"));
+        let p0 = text
+            .lines()
+            .find(|l| l.starts_with("proc=0"))
+            .map(|l| gpuslice_field(l, "share"));
+        let p1 = text
+            .lines()
+            .find(|l| l.starts_with("proc=1"))
+            .map(|l| gpuslice_field(l, "share"));
         println!(
             "{:>8}µs  {:>8.3}  {:>8.3}  {:>8.3}",
             us,
@@ -65,5 +103,8 @@ fn sim() -> Result<()> {
 
 fn gpuslice_field(text: &str, key: &str) -> Option<f64> {
     let prefix = format!("{key}=");
-    text.split_whitespace().find_map(|w| w.strip_prefix(&prefix))?.parse().ok()
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(&prefix))?
+        .parse()
+        .ok()
 }

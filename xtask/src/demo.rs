@@ -25,13 +25,20 @@ fn real_driver_present() -> bool {
 pub fn run(force_sim: bool) -> Result<()> {
     let dist = dist::run()?;
     if real_driver_present() && !force_sim {
-        println!("An NVIDIA driver is present: the workloads here use the simulator's `spin` kernel,");
+        println!(
+            "An NVIDIA driver is present: the workloads here use the simulator's `spin` kernel,"
+        );
         println!("so on real hardware use tests/gpu/ (issue #8). Showing the real devices:");
         let nvml = Nvml::init().context("initialising the real NVML")?;
         for i in 0..nvml.device_count()? {
             let d = nvml.device_by_index(i)?;
             let m = d.memory_info()?;
-            println!("  GPU {i}: {} total {} MiB used {} MiB", d.name()?, m.total >> 20, m.used >> 20);
+            println!(
+                "  GPU {i}: {} total {} MiB used {} MiB",
+                d.name()?,
+                m.total >> 20,
+                m.used >> 20
+            );
         }
         println!("Run `cargo xtask demo --sim` for the simulated story.");
         return Ok(());
@@ -49,12 +56,39 @@ pub fn run(force_sim: bool) -> Result<()> {
         .context("loading the simulated NVML")?;
 
     println!("\nThree tenants share GPU 0 with no gpuslice limits yet (the interposer and arbiter");
-    println!("come in issues #3 and #4): a trainer with 5 ms kernels, a batch job with 1 ms kernels,");
+    println!(
+        "come in issues #3 and #4): a trainer with 5 ms kernels, a batch job with 1 ms kernels,"
+    );
     println!("and an inference loop sending one 1 ms request every 20 ms.\n");
     let tenants: Vec<(&str, Vec<String>)> = vec![
-        ("trainer", args(&["saturate", "--kernel-us", "5000", "--seconds", "4"])),
-        ("batch", args(&["saturate", "--kernel-us", "1000", "--seconds", "4", "--depth", "4"])),
-        ("inference", args(&["bursty", "--kernel-us", "1000", "--rate", "50", "--seconds", "4"])),
+        (
+            "trainer",
+            args(&["saturate", "--kernel-us", "5000", "--seconds", "4"]),
+        ),
+        (
+            "batch",
+            args(&[
+                "saturate",
+                "--kernel-us",
+                "1000",
+                "--seconds",
+                "4",
+                "--depth",
+                "4",
+            ]),
+        ),
+        (
+            "inference",
+            args(&[
+                "bursty",
+                "--kernel-us",
+                "1000",
+                "--rate",
+                "50",
+                "--seconds",
+                "4",
+            ]),
+        ),
     ];
     let mut children: Vec<(&str, Child)> = Vec::new();
     for (name, a) in &tenants {
@@ -85,11 +119,20 @@ pub fn run(force_sim: bool) -> Result<()> {
         .context("running the fill tenant")?;
     println!("  {}", String::from_utf8_lossy(&out.stdout).trim());
     if !out.status.success() {
-        bail!("fill tenant failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "fill tenant failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    println!("\nsummary: the simulated node time-slices one engine per device between processes and");
-    println!("accounts memory exactly; with nothing in between, the busiest tenant takes the most time");
-    println!("and any tenant may take all memory. gpuslice's caps and shares are what later issues add.");
+    println!(
+        "\nsummary: the simulated node time-slices one engine per device between processes and"
+    );
+    println!(
+        "accounts memory exactly; with nothing in between, the busiest tenant takes the most time"
+    );
+    println!(
+        "and any tenant may take all memory. gpuslice's caps and shares are what later issues add."
+    );
     Ok(())
 }
 
@@ -99,7 +142,10 @@ fn args(a: &[&str]) -> Vec<String> {
 
 /// Prints GPU 0's utilisation, memory and per-process memory every half second.
 fn live_table(nvml: &Nvml, children: &[(&str, Child)], for_how_long: Duration) -> Result<()> {
-    println!("{:>5}  {:>5}  {:>10}  per-process memory (MiB)", "t(s)", "util", "used MiB");
+    println!(
+        "{:>5}  {:>5}  {:>10}  per-process memory (MiB)",
+        "t(s)", "util", "used MiB"
+    );
     let start = Instant::now();
     while start.elapsed() < for_how_long {
         std::thread::sleep(Duration::from_millis(500));
@@ -109,11 +155,18 @@ fn live_table(nvml: &Nvml, children: &[(&str, Child)], for_how_long: Duration) -
         let procs = d.running_compute_processes()?;
         let mut cells = Vec::new();
         for (name, child) in children {
-            let used = procs.iter().find(|p| p.pid == child.id()).map(|p| match p.used_gpu_memory {
-                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => b >> 20,
-                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => 0,
-            });
-            cells.push(format!("{name}={}", used.map_or("-".into(), |u| u.to_string())));
+            let used =
+                procs
+                    .iter()
+                    .find(|p| p.pid == child.id())
+                    .map(|p| match p.used_gpu_memory {
+                        nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => b >> 20,
+                        nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => 0,
+                    });
+            cells.push(format!(
+                "{name}={}",
+                used.map_or("-".into(), |u| u.to_string())
+            ));
         }
         println!(
             "{:>5.1}  {:>4}%  {:>10}  {}",

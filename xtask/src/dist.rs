@@ -34,10 +34,16 @@ fn layout() -> Vec<(String, String)> {
         .iter()
         .map(|b| (b.to_string(), format!("usr/bin/{b}")))
         .collect();
-    v.push(("libgpuslice.so".into(), "usr/lib/gpuslice/libgpuslice.so".into()));
+    v.push((
+        "libgpuslice.so".into(),
+        "usr/lib/gpuslice/libgpuslice.so".into(),
+    ));
     v.push(("libcuda.so".into(), "sim/libcuda.so.1".into()));
     v.push(("libnvidia_ml.so".into(), "sim/libnvidia-ml.so.1".into()));
-    v.push(("gpuslice-workload".into(), "sim/bin/gpuslice-workload".into()));
+    v.push((
+        "gpuslice-workload".into(),
+        "sim/bin/gpuslice-workload".into(),
+    ));
     v
 }
 

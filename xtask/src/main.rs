@@ -17,7 +17,10 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "gpuslice build, test, bench and demo entry points")]
+#[command(
+    name = "cargo xtask",
+    about = "gpuslice build, test, bench and demo entry points"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

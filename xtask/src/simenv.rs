@@ -17,14 +17,24 @@ impl SimNode {
         let state_dir = std::env::temp_dir().join(format!("gpuslice-xtask-{}", std::process::id()));
         std::fs::create_dir_all(&state_dir)?;
         let _ = std::fs::remove_file(state_dir.join("sim.state"));
-        Ok(SimNode { dist: dist.to_path_buf(), state_dir, devices: devices.to_string() })
+        Ok(SimNode {
+            dist: dist.to_path_buf(),
+            state_dir,
+            devices: devices.to_string(),
+        })
     }
 
     /// Environment variables (name, value) for processes on this node.
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
-            ("LD_LIBRARY_PATH".into(), self.dist.join("sim").display().to_string()),
-            ("GPUSLICE_SIM_STATE".into(), self.state_dir.join("sim.state").display().to_string()),
+            (
+                "LD_LIBRARY_PATH".into(),
+                self.dist.join("sim").display().to_string(),
+            ),
+            (
+                "GPUSLICE_SIM_STATE".into(),
+                self.state_dir.join("sim.state").display().to_string(),
+            ),
             ("GPUSLICE_SIM_DEVICES".into(), self.devices.clone()),
         ]
     }

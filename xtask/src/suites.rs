@@ -40,7 +40,8 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "interposer",
-        about: "libgpuslice.so on the simulated GPU: entry paths, memory caps, totals, races, kills",
+        about:
+            "libgpuslice.so on the simulated GPU: entry paths, memory caps, totals, races, kills",
         needs_root: false,
         run: interposer,
     },
@@ -53,7 +54,8 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "dist",
-        about: "cargo xtask dist yields the whole design-brief tree; unbuilt binaries refuse to run",
+        about:
+            "cargo xtask dist yields the whole design-brief tree; unbuilt binaries refuse to run",
         needs_root: false,
         run: dist_suite,
     },
@@ -75,7 +77,9 @@ pub fn run(list: bool, wanted: &[String]) -> Result<()> {
         return Ok(());
     }
     let selected = select(wanted)?;
-    let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
     let mut rows = Vec::new();
     for s in selected {
         if s.needs_root && !is_root() {
@@ -134,7 +138,9 @@ fn summarise(rows: &[(&str, Outcome, f64)], ci: bool) -> Result<()> {
         }
     }
     if skipped > 0 {
-        println!("!!! {skipped} suite(s) were SKIPPED and prove nothing; run as root to include them");
+        println!(
+            "!!! {skipped} suite(s) were SKIPPED and prove nothing; run as root to include them"
+        );
     }
     println!("suites: {passed} passed, {failed} failed, {skipped} skipped");
     if failed > 0 {
@@ -158,17 +164,35 @@ fn cargo_test(packages: &[&str], extra: &[&str]) -> Result<()> {
 
 /// Builds the simulated driver libraries so tests that load them find current copies.
 fn build_sim() -> Result<()> {
-    exec(cargo().args(["build", "-p", "gpuslice-sim-cuda", "-p", "gpuslice-sim-nvml"]))
+    exec(cargo().args([
+        "build",
+        "-p",
+        "gpuslice-sim-cuda",
+        "-p",
+        "gpuslice-sim-nvml",
+    ]))
 }
 
 fn lint() -> Result<()> {
     exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    exec(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+    exec(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
 }
 
 fn sim() -> Result<()> {
     cargo_test(
-        &["gpuslice-sim-core", "gpuslice-sim-cuda", "gpuslice-sim-nvml", "gpuslice-cuda-abi"],
+        &[
+            "gpuslice-sim-core",
+            "gpuslice-sim-cuda",
+            "gpuslice-sim-nvml",
+            "gpuslice-cuda-abi",
+        ],
         &[],
     )
 }
@@ -200,9 +224,16 @@ fn dist_suite() -> Result<()> {
         }
     }
     if !missing.is_empty() {
-        bail!("dist tree under {} lacks: {}", root.display(), missing.join(", "));
+        bail!(
+            "dist tree under {} lacks: {}",
+            root.display(),
+            missing.join(", ")
+        );
     }
-    println!("dist: all {} design-brief paths present", dist::expected_paths().len());
+    println!(
+        "dist: all {} design-brief paths present",
+        dist::expected_paths().len()
+    );
     // Nothing pretends to work: each product binary either answers --help or refuses to run.
     for b in dist::BINARIES {
         let path = root.join("usr/bin").join(b);
@@ -214,8 +245,14 @@ fn dist_suite() -> Result<()> {
         let placeholder = stderr.contains("not implemented yet");
         match (out.status.success(), placeholder) {
             (true, false) => println!("dist: {b} is built (--help answers)"),
-            (false, true) => println!("dist: {b} is a placeholder and refuses to run: {}", stderr.trim()),
-            _ => bail!("{b}: neither a working binary nor an honest placeholder ({})", out.status),
+            (false, true) => println!(
+                "dist: {b} is a placeholder and refuses to run: {}",
+                stderr.trim()
+            ),
+            _ => bail!(
+                "{b}: neither a working binary nor an honest placeholder ({})",
+                out.status
+            ),
         }
     }
     // The acceptance client from the dist tree, against the dist tree's simulator.

@@ -13,7 +13,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(name = "gpuslice-workload", about = "CUDA driver API workloads for gpuslice tests")]
+#[command(
+    name = "gpuslice-workload",
+    about = "CUDA driver API workloads for gpuslice tests"
+)]
 pub struct Args {
     /// How to reach the driver.
     #[arg(long, value_enum, default_value = "procaddr")]
@@ -87,7 +90,11 @@ pub fn run(args: Args, drv: Driver) -> Result<()> {
     match args.cmd.clone() {
         Cmd::Info => info(&s),
         Cmd::Fill { chunk, hold_ms } => fill(&s, parse_bytes(&chunk)?, hold_ms).map(|_| ()),
-        Cmd::Saturate { kernel_us, seconds, depth } => {
+        Cmd::Saturate {
+            kernel_us,
+            seconds,
+            depth,
+        } => {
             let r = saturate(&s, kernel_us, seconds, depth)?;
             println!(
                 "kernels={} elapsed_s={:.3} share={:.4}",
@@ -95,9 +102,21 @@ pub fn run(args: Args, drv: Driver) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Bursty { kernel_us, rate, seconds } => bursty(&s, kernel_us, rate, seconds),
-        Cmd::Threads { threads, kernel_us, seconds } => threads_run(&s, threads, kernel_us, seconds),
-        Cmd::Contend { procs, kernel_us, seconds } => {
+        Cmd::Bursty {
+            kernel_us,
+            rate,
+            seconds,
+        } => bursty(&s, kernel_us, rate, seconds),
+        Cmd::Threads {
+            threads,
+            kernel_us,
+            seconds,
+        } => threads_run(&s, threads, kernel_us, seconds),
+        Cmd::Contend {
+            procs,
+            kernel_us,
+            seconds,
+        } => {
             let shares = contend(&args, procs, kernel_us, seconds)?;
             for (i, sh) in shares.iter().enumerate() {
                 println!("proc={i} share={sh:.4}");
@@ -163,7 +182,10 @@ fn fill(s: &Session, chunk: u64, hold_ms: u64) -> Result<u64> {
         s.free(p)?;
     }
     if refusal != CUDA_ERROR_OUT_OF_MEMORY {
-        bail!("allocation stopped with {} instead of CUDA_ERROR_OUT_OF_MEMORY", s.drv.error_name(refusal));
+        bail!(
+            "allocation stopped with {} instead of CUDA_ERROR_OUT_OF_MEMORY",
+            s.drv.error_name(refusal)
+        );
     }
     Ok(got)
 }
@@ -187,8 +209,7 @@ fn saturate(s: &Session, kernel_us: u64, seconds: f64, depth: usize) -> Result<S
         let slot = (launched as usize) % depth;
         if launched >= depth as u64 {
             // Wait for the kernel launched `depth` ago before queueing another.
-            // SAFETY: live event handle.
-            s.drv.check("cuEventSynchronize", unsafe { (s.drv.event_synchronize)(events[slot]) })?;
+            s.wait(events[slot])?;
         }
         s.launch_spin(stream, kernel_us)?;
         s.record(events[slot], stream)?;
@@ -197,7 +218,11 @@ fn saturate(s: &Session, kernel_us: u64, seconds: f64, depth: usize) -> Result<S
     s.sync(stream)?;
     let elapsed = start.elapsed().as_secs_f64();
     let share = launched as f64 * kernel_us as f64 / 1e6 / elapsed;
-    Ok(Saturation { kernels: launched, elapsed_s: elapsed, share })
+    Ok(Saturation {
+        kernels: launched,
+        elapsed_s: elapsed,
+        share,
+    })
 }
 
 fn bursty(s: &Session, kernel_us: u64, rate: f64, seconds: f64) -> Result<()> {
@@ -254,7 +279,10 @@ fn threads_run(s: &Session, threads: usize, kernel_us: u64, seconds: f64) -> Res
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("thread panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("thread panicked")))
+            })
             .collect()
     });
     let mut total = (0, 0);
@@ -263,7 +291,10 @@ fn threads_run(s: &Session, threads: usize, kernel_us: u64, seconds: f64) -> Res
         total.0 += l;
         total.1 += a;
     }
-    println!("threads={threads} launches={} alloc_free_pairs={}", total.0, total.1);
+    println!(
+        "threads={threads} launches={} alloc_free_pairs={}",
+        total.0, total.1
+    );
     Ok(())
 }
 
@@ -323,11 +354,16 @@ fn check(args: &Args, s: &Session) -> Result<()> {
     let (_, info_total) = s.mem_info()?;
     let nvml = nvml_view::open()?;
     let devs = nvml_view::devices(&nvml)?;
-    let nv = devs.get(s.device as usize).context("NVML lacks the device")?;
+    let nv = devs
+        .get(s.device as usize)
+        .context("NVML lacks the device")?;
     report(
         "totals",
         total == info_total && total == nv.total,
-        format!("cuDeviceTotalMem={total} cuMemGetInfo.total={info_total} nvml.total={}", nv.total),
+        format!(
+            "cuDeviceTotalMem={total} cuMemGetInfo.total={info_total} nvml.total={}",
+            nv.total
+        ),
     );
     // 2. Allocation up to OOM, at capacity.
     let chunk = 1u64 << 30;
@@ -373,8 +409,16 @@ fn check(args: &Args, s: &Session) -> Result<()> {
     let busy = !s.stream_idle(stream)?;
     s.sync(stream)?;
     let sync_ms = t.elapsed().as_secs_f64() * 1e3;
-    report("async-enqueue", enqueue_ms < 20.0, format!("10 launches enqueued in {enqueue_ms:.3} ms"));
-    report("stream-query-not-ready", busy, format!("cuStreamQuery busy={busy}"));
+    report(
+        "async-enqueue",
+        enqueue_ms < 20.0,
+        format!("10 launches enqueued in {enqueue_ms:.3} ms"),
+    );
+    report(
+        "stream-query-not-ready",
+        busy,
+        format!("cuStreamQuery busy={busy}"),
+    );
     report(
         "synchronize-100ms",
         (95.0..=150.0).contains(&sync_ms),
@@ -386,7 +430,11 @@ fn check(args: &Args, s: &Session) -> Result<()> {
     s.launch_spin(stream, 20_000)?;
     s.record(e1, stream)?;
     let ms = s.elapsed_ms(e0, e1)?;
-    report("event-timing-20ms", (19.0..=25.0).contains(&ms), format!("event pair measured {ms:.3} ms"));
+    report(
+        "event-timing-20ms",
+        (19.0..=25.0).contains(&ms),
+        format!("event pair measured {ms:.3} ms"),
+    );
     // 6. Two processes saturating with 5 ms kernels each get about half.
     let shares = contend(args, 2, 5000, 3.0)?;
     let sum: f64 = shares.iter().sum();

@@ -136,7 +136,8 @@ pub fn load_procaddr(cuda_version: i32) -> Result<Driver> {
     let h = open_libcuda()?;
     let gpa = dlsym(h, "cuGetProcAddress_v2")?;
     // SAFETY: cuGetProcAddress_v2 has this signature in every driver that exports it (CUDA ≥ 12.0).
-    let gpa: GetProcAddressV2 = unsafe { std::mem::transmute::<*mut c_void, GetProcAddressV2>(gpa) };
+    let gpa: GetProcAddressV2 =
+        unsafe { std::mem::transmute::<*mut c_void, GetProcAddressV2>(gpa) };
     let resolve = |base: &str, _export: &str| -> Result<*mut c_void> {
         let c = CString::new(base)?;
         let mut p: *mut c_void = std::ptr::null_mut();

@@ -31,7 +31,9 @@ pub fn devices(nvml: &Nvml) -> Result<Vec<NvmlDevice>> {
     let n = nvml.device_count().context("nvmlDeviceGetCount")?;
     let mut out = Vec::new();
     for index in 0..n {
-        let d = nvml.device_by_index(index).context("nvmlDeviceGetHandleByIndex")?;
+        let d = nvml
+            .device_by_index(index)
+            .context("nvmlDeviceGetHandleByIndex")?;
         let mem = d.memory_info().context("nvmlDeviceGetMemoryInfo")?;
         let util = d.utilization_rates().map(|u| u.gpu).unwrap_or(0);
         let processes = d

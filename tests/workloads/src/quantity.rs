@@ -8,7 +8,9 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
     let s = s.trim();
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(digits);
-    let n: u64 = num.parse().with_context(|| format!("bad quantity {s:?}: no number"))?;
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("bad quantity {s:?}: no number"))?;
     let mult: u64 = match unit {
         "" => 1,
         "Ki" => 1 << 10,
@@ -21,7 +23,8 @@ pub fn parse_bytes(s: &str) -> Result<u64> {
         "T" => 1_000_000_000_000,
         _ => bail!("bad quantity {s:?}: unknown unit {unit:?}"),
     };
-    n.checked_mul(mult).with_context(|| format!("bad quantity {s:?}: overflows 64 bits"))
+    n.checked_mul(mult)
+        .with_context(|| format!("bad quantity {s:?}: overflows 64 bits"))
 }
 
 #[cfg(test)]
@@ -39,7 +42,13 @@ mod tests {
     fn errors_name_the_input() {
         let e = parse_bytes("12Q").unwrap_err().to_string();
         assert!(e.contains("12Q") && e.contains("unknown unit"), "{e}");
-        assert!(parse_bytes("Gi").unwrap_err().to_string().contains("no number"));
-        assert!(parse_bytes("99999999999Ti").unwrap_err().to_string().contains("overflows"));
+        assert!(parse_bytes("Gi")
+            .unwrap_err()
+            .to_string()
+            .contains("no number"));
+        assert!(parse_bytes("99999999999Ti")
+            .unwrap_err()
+            .to_string()
+            .contains("overflows"));
     }
 }

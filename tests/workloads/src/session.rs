@@ -21,36 +21,61 @@ unsafe impl Send for Session {}
 // SAFETY: as above; the driver API is thread-safe.
 unsafe impl Sync for Session {}
 
+/// A stream created by a session (the handle stays inside so callers cannot pass a stray pointer).
+#[derive(Clone, Copy)]
+pub struct Stream(CUstream);
+
+/// A timing event created by a session.
+#[derive(Clone, Copy)]
+pub struct Event(CUevent);
+
+// SAFETY: driver handles are plain identifiers usable from any thread of the process.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Send for Event {}
+
 /// A PTX-like image; the simulator accepts any image and exposes its built-in kernels.
-const IMAGE: &CStr = c".version 8.0\n.target sm_90\n.visible .entry spin(.param .u64 us) { ret; }\n";
+const IMAGE: &CStr =
+    c".version 8.0\n.target sm_90\n.visible .entry spin(.param .u64 us) { ret; }\n";
 
 impl Session {
     /// cuInit, device `ordinal`, its primary context made current, and the `spin` kernel.
     pub fn open(drv: Driver, ordinal: i32) -> Result<Session> {
-        // SAFETY (all calls below): valid out-pointers to locals; handles come from the driver.
+        // SAFETY: cuInit takes flags by value.
         drv.check("cuInit", unsafe { (drv.init)(0) })?;
         let mut device: CUdevice = 0;
-        drv.check("cuDeviceGet", unsafe { (drv.device_get)(&mut device, ordinal) })?;
-        let mut ctx: CUcontext = std::ptr::null_mut();
-        drv.check("cuDevicePrimaryCtxRetain", unsafe {
-            (drv.primary_ctx_retain)(&mut ctx, device)
+        // SAFETY: valid out-pointer to a local.
+        drv.check("cuDeviceGet", unsafe {
+            (drv.device_get)(&mut device, ordinal)
         })?;
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; `device` came from cuDeviceGet.
+        let r = unsafe { (drv.primary_ctx_retain)(&mut ctx, device) };
+        drv.check("cuDevicePrimaryCtxRetain", r)?;
+        // SAFETY: `ctx` is the primary context just retained.
         drv.check("cuCtxSetCurrent", unsafe { (drv.ctx_set_current)(ctx) })?;
         let mut module: CUmodule = std::ptr::null_mut();
-        drv.check("cuModuleLoadData", unsafe {
-            (drv.module_load_data)(&mut module, IMAGE.as_ptr().cast())
-        })?;
+        // SAFETY: valid out-pointer; IMAGE is a NUL-terminated image that outlives the call.
+        let r = unsafe { (drv.module_load_data)(&mut module, IMAGE.as_ptr().cast()) };
+        drv.check("cuModuleLoadData", r)?;
         let mut spin: CUfunction = std::ptr::null_mut();
-        drv.check("cuModuleGetFunction(spin)", unsafe {
-            (drv.module_get_function)(&mut spin, module, c"spin".as_ptr())
-        })?;
-        Ok(Session { drv, device, ctx, spin })
+        // SAFETY: valid out-pointer, live module, NUL-terminated name.
+        let r = unsafe { (drv.module_get_function)(&mut spin, module, c"spin".as_ptr()) };
+        drv.check("cuModuleGetFunction(spin)", r)?;
+        Ok(Session {
+            drv,
+            device,
+            ctx,
+            spin,
+        })
     }
 
     /// Makes this session's context current on the calling thread.
     pub fn bind_thread(&self) -> Result<()> {
         // SAFETY: ctx is the retained primary context of this session.
-        self.drv.check("cuCtxSetCurrent", unsafe { (self.drv.ctx_set_current)(self.ctx) })
+        self.drv.check("cuCtxSetCurrent", unsafe {
+            (self.drv.ctx_set_current)(self.ctx)
+        })
     }
 
     /// Device name from cuDeviceGetName.
@@ -61,7 +86,9 @@ impl Session {
             (self.drv.device_get_name)(buf.as_mut_ptr(), buf.len() as i32, self.device)
         })?;
         // SAFETY: the driver NUL-terminates within the buffer.
-        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
     }
 
     /// cuDeviceTotalMem_v2.
@@ -78,7 +105,9 @@ impl Session {
     pub fn mem_info(&self) -> Result<(u64, u64)> {
         let (mut f, mut t) = (0usize, 0usize);
         // SAFETY: valid out-pointers.
-        self.drv.check("cuMemGetInfo", unsafe { (self.drv.mem_get_info)(&mut f, &mut t) })?;
+        self.drv.check("cuMemGetInfo", unsafe {
+            (self.drv.mem_get_info)(&mut f, &mut t)
+        })?;
         Ok((f as u64, t as u64))
     }
 
@@ -93,19 +122,22 @@ impl Session {
     /// cuMemFree_v2.
     pub fn free(&self, p: CUdeviceptr) -> Result<()> {
         // SAFETY: `p` came from cuMemAlloc in this process.
-        self.drv.check("cuMemFree", unsafe { (self.drv.mem_free)(p) })
+        self.drv
+            .check("cuMemFree", unsafe { (self.drv.mem_free)(p) })
     }
 
     /// A new stream (flags 0: blocking with respect to the legacy default stream).
-    pub fn stream(&self) -> Result<CUstream> {
+    pub fn stream(&self) -> Result<Stream> {
         let mut s: CUstream = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
-        self.drv.check("cuStreamCreate", unsafe { (self.drv.stream_create)(&mut s, 0) })?;
-        Ok(s)
+        self.drv.check("cuStreamCreate", unsafe {
+            (self.drv.stream_create)(&mut s, 0)
+        })?;
+        Ok(Stream(s))
     }
 
     /// Enqueues `spin(us)` on `stream` (one block of one thread; the simulator times it).
-    pub fn launch_spin(&self, stream: CUstream, us: u64) -> Result<()> {
+    pub fn launch_spin(&self, stream: Stream, us: u64) -> Result<()> {
         let mut arg = us;
         let mut params = [(&mut arg as *mut u64).cast::<c_void>()];
         // SAFETY: kernelParams is an array of pointers to each parameter, as the driver expects;
@@ -120,7 +152,7 @@ impl Session {
                 1,
                 1,
                 0,
-                stream,
+                stream.0,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
@@ -129,9 +161,9 @@ impl Session {
     }
 
     /// cuStreamQuery: Ok(true) when idle, Ok(false) when work is pending.
-    pub fn stream_idle(&self, stream: CUstream) -> Result<bool> {
+    pub fn stream_idle(&self, stream: Stream) -> Result<bool> {
         // SAFETY: stream is a live handle from this session.
-        match unsafe { (self.drv.stream_query)(stream) } {
+        match unsafe { (self.drv.stream_query)(stream.0) } {
             CUDA_SUCCESS => Ok(true),
             CUDA_ERROR_NOT_READY => Ok(false),
             r => {
@@ -142,33 +174,46 @@ impl Session {
     }
 
     /// cuStreamSynchronize.
-    pub fn sync(&self, stream: CUstream) -> Result<()> {
+    pub fn sync(&self, stream: Stream) -> Result<()> {
         // SAFETY: stream is a live handle from this session.
-        self.drv.check("cuStreamSynchronize", unsafe { (self.drv.stream_synchronize)(stream) })
+        self.drv.check("cuStreamSynchronize", unsafe {
+            (self.drv.stream_synchronize)(stream.0)
+        })
     }
 
     /// A timing event.
-    pub fn event(&self) -> Result<CUevent> {
+    pub fn event(&self) -> Result<Event> {
         let mut e: CUevent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags 0 = default (timing enabled).
-        self.drv.check("cuEventCreate", unsafe { (self.drv.event_create)(&mut e, 0) })?;
-        Ok(e)
+        self.drv.check("cuEventCreate", unsafe {
+            (self.drv.event_create)(&mut e, 0)
+        })?;
+        Ok(Event(e))
     }
 
     /// cuEventRecord.
-    pub fn record(&self, e: CUevent, stream: CUstream) -> Result<()> {
+    pub fn record(&self, e: Event, stream: Stream) -> Result<()> {
         // SAFETY: live handles.
-        self.drv.check("cuEventRecord", unsafe { (self.drv.event_record)(e, stream) })
+        self.drv.check("cuEventRecord", unsafe {
+            (self.drv.event_record)(e.0, stream.0)
+        })
     }
 
     /// cuEventSynchronize on `end`, then cuEventElapsedTime(start, end) in milliseconds.
-    pub fn elapsed_ms(&self, start: CUevent, end: CUevent) -> Result<f32> {
-        // SAFETY: live handles and a valid out-pointer.
-        self.drv.check("cuEventSynchronize", unsafe { (self.drv.event_synchronize)(end) })?;
+    pub fn elapsed_ms(&self, start: Event, end: Event) -> Result<f32> {
+        self.wait(end)?;
         let mut ms = 0f32;
-        self.drv.check("cuEventElapsedTime", unsafe {
-            (self.drv.event_elapsed_time)(&mut ms, start, end)
-        })?;
+        // SAFETY: live handles and a valid out-pointer.
+        let r = unsafe { (self.drv.event_elapsed_time)(&mut ms, start.0, end.0) };
+        self.drv.check("cuEventElapsedTime", r)?;
         Ok(ms)
+    }
+
+    /// cuEventSynchronize.
+    pub fn wait(&self, e: Event) -> Result<()> {
+        // SAFETY: live event handle from this session.
+        self.drv.check("cuEventSynchronize", unsafe {
+            (self.drv.event_synchronize)(e.0)
+        })
     }
 }

@@ -5,7 +5,11 @@ use clap::Parser;
 use gpuslice_workloads::cli::{self, Args};
 use gpuslice_workloads::driver::Driver;
 
-#[allow(clippy::missing_safety_doc, dead_code, clippy::undocumented_unsafe_blocks)]
+#[allow(
+    clippy::missing_safety_doc,
+    dead_code,
+    clippy::undocumented_unsafe_blocks
+)]
 mod linked {
     include!(concat!(env!("OUT_DIR"), "/linked.rs"));
 }
