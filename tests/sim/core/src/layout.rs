@@ -1,0 +1,97 @@
+//! Byte layout of the shared state file (layout version [`VERSION`]).
+//!
+//! ```text
+//! 0        header (4 KiB): magic, version, fingerprint, size, devices, slots, table lock
+//! 4 KiB    MAX_DEVICES device blocks of 4 KiB: memory total, engine lock and timeline, busy buckets
+//! 68 KiB   MAX_SLOTS process slots of 36 KiB: identity, then one sub-block per device
+//! ```
+//! All fields are 8-byte words accessed atomically (the futex word is a 4-byte half of one).
+
+use crate::config::MAX_DEVICES;
+
+/// `GPUSLSIM` in ASCII.
+pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
+/// Bumped whenever this layout changes.
+pub const VERSION: u64 = 1;
+
+/// Process slots in the table.
+pub const MAX_SLOTS: usize = 256;
+/// Utilisation history buckets per device and per process-device.
+pub const BUCKETS: usize = 128;
+/// Width of one bucket (10 ms: 128 buckets cover 1.28 s).
+pub const BUCKET_NS: u64 = 10_000_000;
+
+// header
+pub const H_MAGIC: usize = 0;
+pub const H_VERSION: usize = 8;
+pub const H_FINGERPRINT: usize = 16;
+pub const H_SIZE: usize = 24;
+pub const H_DEVICES: usize = 32;
+pub const H_SLOTS: usize = 40;
+pub const H_TABLE_LOCK: usize = 48;
+/// One past the highest slot index ever claimed (scans stop there).
+pub const H_SLOT_HWM: usize = 56;
+
+// device blocks
+pub const DEV_BASE: usize = 4096;
+pub const DEV_STRIDE: usize = 4096;
+pub const D_USED: usize = 0;
+pub const D_ENGINE_LOCK: usize = 8;
+/// u32 futex word, bumped on every dispatch.
+pub const D_WAKE: usize = 16;
+pub const D_FREE_AT: usize = 24;
+/// Slot index + 1 of the latest grant (0: none).
+pub const D_CUR_SLOT: usize = 32;
+pub const D_CUR_START: usize = 40;
+/// Slot index + 1 whose context the engine holds (for switch costs and round robin).
+pub const D_LAST_SLOT: usize = 48;
+pub const D_BUSY: usize = 56;
+pub const D_KERNELS: usize = 64;
+pub const D_SWITCHES: usize = 72;
+/// Start time of the process that owns the latest grant (guards against slot reuse).
+pub const D_CUR_ID: usize = 80;
+/// Whether the latest grant is already folded into the buckets.
+pub const D_CUR_COMMITTED: usize = 88;
+pub const D_BUCKETS: usize = 128;
+
+// process slots
+pub const SLOT_BASE: usize = DEV_BASE + MAX_DEVICES * DEV_STRIDE;
+pub const SLOT_STRIDE: usize = 36 * 1024;
+/// `(state << 32) | pid`; state [`SLOT_LIVE`] or 0 (free).
+pub const S_TAG: usize = 0;
+pub const S_START: usize = 8;
+pub const SLOT_LIVE: u64 = 1;
+pub const SD_BASE: usize = 64;
+pub const SD_STRIDE: usize = 128 + BUCKETS * 16;
+pub const SD_USED: usize = 0;
+pub const SD_CTX: usize = 8;
+/// Ready time of the waiting kernel (0: nothing waiting).
+pub const SD_WANT_READY: usize = 16;
+pub const SD_WANT_DUR: usize = 24;
+pub const SD_GRANT_SEQ: usize = 32;
+pub const SD_GRANT_START: usize = 40;
+pub const SD_GRANT_END: usize = 48;
+pub const SD_BUSY: usize = 56;
+pub const SD_KERNELS: usize = 64;
+pub const SD_BUCKETS: usize = 128;
+
+/// Total file size.
+pub const FILE_SIZE: usize = SLOT_BASE + MAX_SLOTS * SLOT_STRIDE;
+
+const _: () = assert!(SD_BASE + MAX_DEVICES * SD_STRIDE <= SLOT_STRIDE);
+const _: () = assert!(D_BUCKETS + BUCKETS * 16 <= DEV_STRIDE);
+
+/// Offset of a device field.
+pub const fn dev(d: usize, field: usize) -> usize {
+    DEV_BASE + d * DEV_STRIDE + field
+}
+
+/// Offset of a slot field.
+pub const fn slot(s: usize, field: usize) -> usize {
+    SLOT_BASE + s * SLOT_STRIDE + field
+}
+
+/// Offset of a slot's per-device field.
+pub const fn sdev(s: usize, d: usize, field: usize) -> usize {
+    SLOT_BASE + s * SLOT_STRIDE + SD_BASE + d * SD_STRIDE + field
+}

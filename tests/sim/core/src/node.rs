@@ -1,0 +1,483 @@
+//! The node: opening / initialising the shared state file, the process table, memory accounting.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex, OnceLock};
+
+use crate::config::{DeviceSpec, SimConfig};
+use crate::error::SimError;
+use crate::layout as L;
+use crate::procs::{alive, self_identity, RobustLock};
+use crate::shm::Shm;
+
+/// A live process holding a context or memory on a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessUsage {
+    /// Host PID.
+    pub pid: u32,
+    /// Bytes charged to it on the device (context overheads included).
+    pub used_bytes: u64,
+}
+
+/// Per-device, process-local FIFO of threads waiting for the shared engine.
+#[derive(Default)]
+pub(crate) struct LocalQueue {
+    pub(crate) pid: u32,
+    pub(crate) next: u64,
+    pub(crate) serving: u64,
+}
+
+/// The simulated node as seen from this process: configuration plus the shared mapping.
+pub struct Node {
+    pub(crate) cfg: SimConfig,
+    pub(crate) shm: Shm,
+    /// Keeps the shared `flock` that marks the state file as in use.
+    _file: File,
+    /// `(pid, slot)` of this process's slot, once claimed.
+    my_slot: Mutex<Option<(u32, usize)>>,
+    pub(crate) queues: Vec<(Mutex<LocalQueue>, Condvar)>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("state", &self.cfg.state_path)
+            .field("devices", &self.cfg.devices.len())
+            .finish()
+    }
+}
+
+fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: `f` is an open file descriptor owned by `f` for the duration of the call.
+        let r = unsafe { libc::flock(f.as_raw_fd(), op) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn header_matches(shm: &Shm, fp: u64) -> bool {
+    shm.u64(L::H_MAGIC).load(Ordering::Acquire) == L::MAGIC
+        && shm.u64(L::H_VERSION).load(Ordering::Relaxed) == L::VERSION
+        && shm.u64(L::H_FINGERPRINT).load(Ordering::Relaxed) == fp
+        && shm.u64(L::H_SIZE).load(Ordering::Relaxed) == L::FILE_SIZE as u64
+}
+
+static GLOBAL: OnceLock<Result<Node, SimError>> = OnceLock::new();
+
+impl Node {
+    /// The process-wide node, configured from the environment on first use.
+    pub fn global() -> Result<&'static Node, SimError> {
+        match GLOBAL.get_or_init(|| SimConfig::from_env().and_then(Node::open)) {
+            Ok(n) => Ok(n),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// Creates or attaches the shared state file named by `cfg.state_path`.
+    ///
+    /// Every attached process holds a shared `flock` on the file for as long as its `Node`
+    /// lives (released by the kernel when it dies). Initialisation happens only under an
+    /// exclusive lock, so it is race-free, and a file with another configuration is
+    /// re-initialised only when no live process has it attached.
+    pub fn open(cfg: SimConfig) -> Result<Node, SimError> {
+        cfg.validate()?;
+        let path = &cfg.state_path;
+        let st = |what: &str, e: std::io::Error| {
+            SimError::State(format!("{}: {what}: {e}", path.display()))
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| st("open", e))?;
+        let fp = cfg.fingerprint();
+        let shm = match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => {
+                // Nobody has the file attached: validate or (re-)initialise it.
+                let len = file.metadata().map_err(|e| st("stat", e))?.len();
+                let existing = if len == L::FILE_SIZE as u64 {
+                    let m = Shm::map(file.as_raw_fd(), L::FILE_SIZE).map_err(|e| st("mmap", e))?;
+                    header_matches(&m, fp).then_some(m)
+                } else {
+                    None
+                };
+                let shm = match existing {
+                    Some(m) => m,
+                    None => {
+                        file.set_len(0).map_err(|e| st("truncate", e))?;
+                        file.set_len(L::FILE_SIZE as u64)
+                            .map_err(|e| st("truncate", e))?;
+                        let m =
+                            Shm::map(file.as_raw_fd(), L::FILE_SIZE).map_err(|e| st("mmap", e))?;
+                        m.u64(L::H_VERSION).store(L::VERSION, Ordering::Relaxed);
+                        m.u64(L::H_FINGERPRINT).store(fp, Ordering::Relaxed);
+                        m.u64(L::H_SIZE)
+                            .store(L::FILE_SIZE as u64, Ordering::Relaxed);
+                        m.u64(L::H_DEVICES)
+                            .store(cfg.devices.len() as u64, Ordering::Relaxed);
+                        m.u64(L::H_SLOTS)
+                            .store(L::MAX_SLOTS as u64, Ordering::Relaxed);
+                        m.u64(L::H_MAGIC).store(L::MAGIC, Ordering::Release);
+                        m
+                    }
+                };
+                // Downgrade to shared: we stay attached.
+                flock(&file, libc::LOCK_SH).map_err(|e| st("flock", e))?;
+                shm
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                // Others have it attached (or are initialising it): wait for a shared lock.
+                flock(&file, libc::LOCK_SH).map_err(|e| st("flock", e))?;
+                let len = file.metadata().map_err(|e| st("stat", e))?.len();
+                let m = (len == L::FILE_SIZE as u64)
+                    .then(|| Shm::map(file.as_raw_fd(), L::FILE_SIZE))
+                    .transpose()
+                    .map_err(|e| st("mmap", e))?;
+                match m {
+                    Some(m) if header_matches(&m, fp) => m,
+                    _ => {
+                        return Err(SimError::State(format!(
+                            "{} is in use by live processes with a different simulator \
+                             configuration (or layout); stop them or set GPUSLICE_SIM_STATE \
+                             to another file",
+                            path.display()
+                        )))
+                    }
+                }
+            }
+            Err(e) => return Err(st("flock", e)),
+        };
+        let queues = cfg
+            .devices
+            .iter()
+            .map(|_| (Mutex::new(LocalQueue::default()), Condvar::new()))
+            .collect();
+        Ok(Node {
+            cfg,
+            shm,
+            _file: file,
+            my_slot: Mutex::new(None),
+            queues,
+        })
+    }
+
+    /// The configuration this node was opened with.
+    pub fn config(&self) -> &SimConfig {
+        &self.cfg
+    }
+
+    /// Number of devices.
+    pub fn device_count(&self) -> u32 {
+        self.cfg.devices.len() as u32
+    }
+
+    /// Description of device `dev`.
+    pub fn device(&self, dev: u32) -> Result<&DeviceSpec, SimError> {
+        self.cfg
+            .devices
+            .get(dev as usize)
+            .ok_or(SimError::InvalidDevice(dev))
+    }
+
+    pub(crate) fn check_dev(&self, dev: u32) -> Result<usize, SimError> {
+        self.device(dev).map(|_| dev as usize)
+    }
+
+    // ---- process table ----
+
+    fn tag_of(pid: u32) -> u64 {
+        (L::SLOT_LIVE << 32) | u64::from(pid)
+    }
+
+    /// The calling process's slot, claimed on first use (a forked child claims its own).
+    pub(crate) fn my_slot(&self) -> Result<usize, SimError> {
+        let (pid, start) = self_identity();
+        let mut cached = self.my_slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((p, s)) = *cached {
+            if p == pid
+                && self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) == Self::tag_of(pid)
+                && self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed) == start
+            {
+                return Ok(s);
+            }
+        }
+        let s = self.claim_slot(pid, start)?;
+        *cached = Some((pid, s));
+        Ok(s)
+    }
+
+    fn claim_slot(&self, pid: u32, start: u64) -> Result<usize, SimError> {
+        for attempt in 0..2 {
+            if attempt == 1 {
+                self.reap_dead();
+            }
+            let _g = RobustLock::acquire(self.shm.u64(L::H_TABLE_LOCK));
+            // Already ours (another Node on the same file in this process)?
+            for s in 0..self.slot_hwm() {
+                if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) == Self::tag_of(pid)
+                    && self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed) == start
+                {
+                    return Ok(s);
+                }
+            }
+            for s in 0..L::MAX_SLOTS {
+                if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) != 0 {
+                    continue;
+                }
+                self.clear_slot_devices(s);
+                self.shm
+                    .u64(L::slot(s, L::S_START))
+                    .store(start, Ordering::Relaxed);
+                self.shm
+                    .u64(L::slot(s, L::S_TAG))
+                    .store(Self::tag_of(pid), Ordering::Release);
+                self.shm
+                    .u64(L::H_SLOT_HWM)
+                    .fetch_max(s as u64 + 1, Ordering::AcqRel);
+                return Ok(s);
+            }
+        }
+        Err(SimError::ProcessTableFull(L::MAX_SLOTS))
+    }
+
+    fn clear_slot_devices(&self, s: usize) {
+        for d in 0..self.cfg.devices.len() {
+            for f in [
+                L::SD_USED,
+                L::SD_CTX,
+                L::SD_WANT_READY,
+                L::SD_WANT_DUR,
+                L::SD_GRANT_START,
+                L::SD_GRANT_END,
+                L::SD_BUSY,
+                L::SD_KERNELS,
+            ] {
+                self.shm.u64(L::sdev(s, d, f)).store(0, Ordering::Relaxed);
+            }
+            for b in 0..L::BUCKETS {
+                self.shm
+                    .u64(L::sdev(s, d, L::SD_BUCKETS + b * 16))
+                    .store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Scan bound of the slot table (garbage-proof).
+    pub(crate) fn slot_hwm(&self) -> usize {
+        (self.shm.u64(L::H_SLOT_HWM).load(Ordering::Acquire) as usize).min(L::MAX_SLOTS)
+    }
+
+    /// `(slot, pid)` of every live-tagged slot (not checked for liveness).
+    pub(crate) fn tagged_slots(&self) -> Vec<(usize, u32)> {
+        (0..self.slot_hwm())
+            .filter_map(|s| {
+                let tag = self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire);
+                (tag >> 32 == L::SLOT_LIVE).then_some((s, tag as u32))
+            })
+            .collect()
+    }
+
+    /// Whether the process owning slot `s` (tagged with `pid`) is alive.
+    pub(crate) fn slot_alive(&self, s: usize, pid: u32) -> bool {
+        alive(
+            pid,
+            self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed),
+        )
+    }
+
+    /// Releases everything dead processes held, like the driver does at process exit.
+    /// Returns how many slots were reclaimed.
+    pub fn reap_dead(&self) -> usize {
+        let (me, _) = self_identity();
+        let candidates: Vec<(usize, u32)> = self
+            .tagged_slots()
+            .into_iter()
+            .filter(|&(s, pid)| pid != me && !self.slot_alive(s, pid))
+            .collect();
+        if candidates.is_empty() {
+            return 0;
+        }
+        let _g = RobustLock::acquire(self.shm.u64(L::H_TABLE_LOCK));
+        let mut n = 0;
+        for (s, pid) in candidates {
+            // Re-check under the lock: another reaper may have freed (and someone reclaimed) it.
+            if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) != Self::tag_of(pid)
+                || self.slot_alive(s, pid)
+            {
+                continue;
+            }
+            for d in 0..self.cfg.devices.len() {
+                // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it
+                let used = self
+                    .shm
+                    .u64(L::sdev(s, d, L::SD_USED))
+                    .swap(0, Ordering::AcqRel);
+                sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), used);
+                self.shm
+                    .u64(L::sdev(s, d, L::SD_CTX))
+                    .store(0, Ordering::Relaxed);
+                let _e = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+                self.shm
+                    .u64(L::sdev(s, d, L::SD_WANT_READY))
+                    .store(0, Ordering::Relaxed);
+            }
+            self.shm
+                .u64(L::slot(s, L::S_TAG))
+                .store(0, Ordering::Release);
+            n += 1;
+        }
+        n
+    }
+
+    // ---- memory ----
+
+    /// Device capacity in bytes (0 for an invalid index).
+    pub fn mem_total(&self, dev: u32) -> u64 {
+        self.device(dev).map(|d| d.total_mem).unwrap_or(0)
+    }
+
+    /// Bytes in use on `dev` by all live processes, context overheads included.
+    pub fn mem_used(&self, dev: u32) -> u64 {
+        let Ok(d) = self.check_dev(dev) else { return 0 };
+        self.reap_dead();
+        self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire)
+    }
+
+    /// Bytes charged to the calling process on `dev`.
+    pub fn mem_used_by_me(&self, dev: u32) -> u64 {
+        let Ok(d) = self.check_dev(dev) else { return 0 };
+        match self.my_slot() {
+            Ok(s) => self
+                .shm
+                .u64(L::sdev(s, d, L::SD_USED))
+                .load(Ordering::Acquire),
+            Err(_) => 0,
+        }
+    }
+
+    /// Charges `bytes` on `dev` to the calling process; atomic across processes, so concurrent
+    /// callers can never together exceed the capacity. Exact: no rounding here (the simulated
+    /// driver applies `alloc_granularity` itself).
+    pub fn mem_alloc(&self, dev: u32, bytes: u64) -> Result<(), SimError> {
+        let d = self.check_dev(dev)?;
+        let s = self.my_slot()?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let total = self.mem_total(dev);
+        let used = self.shm.u64(L::dev(d, L::D_USED));
+        for attempt in 0..2 {
+            let r = used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                cur.checked_add(bytes).filter(|&n| n <= total)
+            });
+            match r {
+                Ok(_) => {
+                    self.shm
+                        .u64(L::sdev(s, d, L::SD_USED))
+                        .fetch_add(bytes, Ordering::AcqRel);
+                    return Ok(());
+                }
+                Err(cur) if attempt == 1 || self.reap_dead() == 0 => {
+                    return Err(SimError::OutOfMemory {
+                        dev,
+                        requested: bytes,
+                        free: total.saturating_sub(cur),
+                        total,
+                    })
+                }
+                Err(_) => {}
+            }
+        }
+        unreachable_oom(dev, bytes, total)
+    }
+
+    /// Returns `bytes` on `dev` charged to the calling process (clamped to what it holds).
+    pub fn mem_free(&self, dev: u32, bytes: u64) {
+        let Ok(d) = self.check_dev(dev) else { return };
+        let Ok(s) = self.my_slot() else { return };
+        let mine = self.shm.u64(L::sdev(s, d, L::SD_USED));
+        let taken = match mine.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+            Some(cur - cur.min(bytes))
+        }) {
+            Ok(prev) => prev.min(bytes),
+            Err(_) => 0,
+        };
+        sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), taken);
+    }
+
+    /// A context was created on `dev` by this process: charge the context overhead.
+    pub fn ctx_attach(&self, dev: u32) -> Result<(), SimError> {
+        let d = self.check_dev(dev)?;
+        let s = self.my_slot()?;
+        self.mem_alloc(dev, self.cfg.ctx_overhead)?;
+        self.shm
+            .u64(L::sdev(s, d, L::SD_CTX))
+            .fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// A context of this process on `dev` was destroyed: return its overhead.
+    pub fn ctx_detach(&self, dev: u32) {
+        let Ok(d) = self.check_dev(dev) else { return };
+        let Ok(s) = self.my_slot() else { return };
+        let ctx = self.shm.u64(L::sdev(s, d, L::SD_CTX));
+        if ctx
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1))
+            .is_ok()
+        {
+            self.mem_free(dev, self.cfg.ctx_overhead);
+        }
+    }
+
+    /// Live processes holding a context or memory on `dev`, with their usage.
+    pub fn processes(&self, dev: u32) -> Vec<ProcessUsage> {
+        let Ok(d) = self.check_dev(dev) else {
+            return Vec::new();
+        };
+        self.reap_dead();
+        self.tagged_slots()
+            .into_iter()
+            .filter_map(|(s, pid)| {
+                let used = self
+                    .shm
+                    .u64(L::sdev(s, d, L::SD_USED))
+                    .load(Ordering::Acquire);
+                let ctx = self
+                    .shm
+                    .u64(L::sdev(s, d, L::SD_CTX))
+                    .load(Ordering::Acquire);
+                (used > 0 || ctx > 0).then_some(ProcessUsage {
+                    pid,
+                    used_bytes: used,
+                })
+            })
+            .collect()
+    }
+}
+
+fn unreachable_oom(dev: u32, bytes: u64, total: u64) -> Result<(), SimError> {
+    Err(SimError::OutOfMemory {
+        dev,
+        requested: bytes,
+        free: 0,
+        total,
+    })
+}
+
+/// `a -= min(a, v)` atomically.
+pub(crate) fn sub_saturating(a: &std::sync::atomic::AtomicU64, v: u64) {
+    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+        Some(c.saturating_sub(v))
+    });
+}
