@@ -1,0 +1,1 @@
+//! Slice requests, the arbiter control protocol and configuration (being written).
