@@ -1,1 +1,27 @@
-//! The shared-memory ABI of a slice directory (issue #3 / #4).
+//! The shared-memory ABI of a slice directory: the files the arbiter writes and tenants read
+//! (`limits`, `lease`), the file the tenant's processes write (`usage`), and the lock-free
+//! memory-reservation protocol on top of `usage`. Layout and protocol are described in
+//! `docs/region.md`.
+//!
+//! Modules: `layout` (byte layout, versioned), `map` (the one audited mmap accessor),
+//! `files` (typed views, creation), `protocol` (reserve / release / reclaim, generic so that the
+//! model test can run it on `loom` atomics), `atomics` (the word traits it uses), `liveness`
+//! (`/proc` pid + start time), `quantity` (`512Mi`, `25%`, HAMi limits).
+
+pub mod atomics;
+pub mod error;
+pub mod files;
+pub mod layout;
+pub mod liveness;
+pub mod map;
+pub mod protocol;
+pub mod quantity;
+
+pub use error::RegionError;
+pub use files::{
+    create_slice, DeviceSpec, Lease, LeaseWord, LeaseWriter, Limits, LimitsWriter, ProcessUsage,
+    Slice, SliceSpec, Usage, UsageSnapshot,
+};
+pub use layout::{MAX_DEVICES, MAX_PROCS, UNCAPPED};
+pub use protocol::{Liveness, RecomputeError, ReserveError};
+pub use quantity::{parse_hami_limit, parse_quantity, MemQuantity};

@@ -1,0 +1,134 @@
+//! Process identity and liveness from `/proc`: a process is its pid plus its start time (field 22
+//! of `/proc/<pid>/stat`), so a reused pid is never mistaken for the process that held it.
+
+use crate::protocol::{Env, Liveness, Waiter};
+use std::time::{Duration, Instant};
+
+/// State letter and start time of `pid`, or `None` if it does not exist.
+/// `Err` when `/proc` could not be read for another reason.
+pub fn stat_of(pid: u32) -> Result<Option<(u8, u64)>, std::io::Error> {
+    let path = format!("/proc/{pid}/stat");
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(parse_stat(&text))
+}
+
+/// Parses the state letter (field 3) and start time (field 22) out of a `stat` line. The command
+/// name (field 2) may contain spaces and parentheses, so fields are counted after the last `)`.
+pub fn parse_stat(text: &[u8]) -> Option<(u8, u64)> {
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(text.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.as_bytes().first().copied()?;
+    // Fields 4..=21 precede the start time: skip 18 of them.
+    let start = fields.nth(18)?.parse::<u64>().ok()?;
+    Some((state, start))
+}
+
+/// Start time of the calling process.
+pub fn self_start_time() -> Option<u64> {
+    let text = std::fs::read("/proc/self/stat").ok()?;
+    parse_stat(&text).map(|(_, s)| s)
+}
+
+/// Liveness of (`pid`, `start`) as seen from `/proc`.
+pub fn liveness(pid: u32, start: Option<u64>) -> Liveness {
+    if pid == 0 {
+        return Liveness::Dead;
+    }
+    match stat_of(pid) {
+        Ok(None) => Liveness::Dead,
+        // Zombies and dead tasks have released their device memory.
+        Ok(Some((b'Z' | b'X' | b'x', _))) => Liveness::Dead,
+        Ok(Some((_, s))) => match start {
+            Some(want) if want != s => Liveness::Dead,
+            _ => Liveness::Alive,
+        },
+        // Cannot tell (e.g. hidepid): assume alive, which can only leak, never overshoot.
+        Err(_) => Liveness::Alive,
+    }
+}
+
+/// The production [`Env`]: `/proc` liveness and a spin → yield → sleep backoff with a deadline.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcEnv {
+    /// How long one wait may last before it is given up.
+    pub limit: Duration,
+}
+
+impl Default for ProcEnv {
+    fn default() -> Self {
+        ProcEnv {
+            limit: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Env for ProcEnv {
+    type Waiter = ProcWaiter;
+    fn liveness(&self, pid: u32, start: Option<u64>) -> Liveness {
+        liveness(pid, start)
+    }
+    fn waiter(&self) -> ProcWaiter {
+        ProcWaiter {
+            round: 0,
+            started: None,
+            limit: self.limit,
+        }
+    }
+}
+
+/// Backoff of [`ProcEnv`].
+#[derive(Debug)]
+pub struct ProcWaiter {
+    round: u32,
+    started: Option<Instant>,
+    limit: Duration,
+}
+
+impl Waiter for ProcWaiter {
+    fn pause(&mut self) -> bool {
+        self.round = self.round.saturating_add(1);
+        if self.round < 64 {
+            std::hint::spin_loop();
+            return true;
+        }
+        let started = *self.started.get_or_insert_with(Instant::now);
+        if started.elapsed() > self.limit {
+            return false;
+        }
+        if self.round < 128 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        true
+    }
+    fn check_owner(&self) -> bool {
+        self.round >= 64 && self.round.is_multiple_of(32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_comm_with_spaces_and_parens() {
+        let line = b"1234 (a b) c)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21\n";
+        assert_eq!(parse_stat(line), Some((b'S', 987654)));
+    }
+
+    #[test]
+    fn self_is_alive_and_wrong_start_is_dead() {
+        let me = std::process::id();
+        let start = self_start_time().expect("own start time");
+        assert_eq!(liveness(me, Some(start)), Liveness::Alive);
+        assert_eq!(liveness(me, Some(start + 1)), Liveness::Dead);
+        assert_eq!(liveness(0, None), Liveness::Dead);
+    }
+}
