@@ -1,1 +1,16 @@
-//! Slice requests, the arbiter control protocol and configuration (being written).
+//! What the rest of gpuslice agrees on: slice requests read from annotations and the
+//! environment ([`request`], [`quantity`]), the arbiter's control protocol ([`protocol`]) and the
+//! node configuration file ([`config`]). No I/O beyond reading a config file.
+
+pub mod config;
+pub mod protocol;
+pub mod quantity;
+pub mod request;
+
+pub use config::{Config, ConfigError, FailMode, Placement};
+pub use protocol::{
+    AssignedDevice, DeviceStatus, ErrorCode, NodeStatus, Owner, Request, RequestEnvelope, Response,
+    ResponseEnvelope, SliceStatus, PROTOCOL_VERSION,
+};
+pub use quantity::{ByteSize, MemoryRequest, QuantityError};
+pub use request::{DeviceRef, DeviceSelector, Priority, RequestError, SliceRequest};

@@ -1,0 +1,302 @@
+//! The node configuration file (`/etc/gpuslice/config.toml`, `--config`, `GPUSLICE_CONFIG`):
+//! schema, defaults and loading. Unknown keys are errors that name the key, so a misspelt
+//! setting never silently falls back to its default. Reference: `docs/configuration` section of
+//! `docs/protocol.md`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::quantity::ByteSize;
+
+/// Default configuration path.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpuslice/config.toml";
+/// Default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/run/gpuslice";
+/// Default metrics listen address. 9400 is NVIDIA's DCGM exporter, 9100 node-exporter,
+/// 9464 the OpenTelemetry Prometheus exporter; gpuslice uses 9447 on loopback.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9447";
+/// Default per-process context reserve: what a CUDA context costs on the device outside any
+/// allocation the interposer sees.
+pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
+/// Default scheduling quantum.
+pub const DEFAULT_QUANTUM: Duration = Duration::from_millis(5);
+/// Smallest and largest accepted quantum.
+pub const QUANTUM_RANGE: (Duration, Duration) =
+    (Duration::from_micros(500), Duration::from_secs(1));
+
+/// How slices are placed across devices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// The fullest device that fits: keeps large holes free for large requests.
+    #[default]
+    Binpack,
+    /// The emptiest device that fits: spreads load.
+    Spread,
+}
+
+/// What the runtime pieces do when the arbiter cannot be reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Refuse to create a container that asks for a slice (no unchecked sharing).
+    #[default]
+    Closed,
+    /// Start it with the memory cap enforced locally by the interposer, without compute shares.
+    Open,
+}
+
+/// `[admission]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdmissionConfig {
+    /// Placement policy.
+    pub placement: Placement,
+    /// Allow the sum of memory caps on a device to exceed its memory.
+    pub overcommit_memory: bool,
+    /// Memory reserved per process on each of its devices for the CUDA context.
+    pub context_reserve: ByteSize,
+    /// How many processes per slice admission reserves context memory for.
+    pub processes_per_slice: u32,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            placement: Placement::Binpack,
+            overcommit_memory: false,
+            context_reserve: ByteSize(DEFAULT_CONTEXT_RESERVE),
+            processes_per_slice: 1,
+        }
+    }
+}
+
+/// `[scheduler]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// Lease length (`"5ms"`, `"2500us"`).
+    #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
+    pub quantum: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            quantum: DEFAULT_QUANTUM,
+        }
+    }
+}
+
+/// `[metrics]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve Prometheus metrics at all.
+    pub enabled: bool,
+    /// Listen address; must be a loopback address unless `allow_remote`.
+    pub listen: SocketAddr,
+    /// Permit a non-loopback listen address.
+    pub allow_remote: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            enabled: true,
+            listen: DEFAULT_METRICS_ADDR
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9447))),
+            allow_remote: false,
+        }
+    }
+}
+
+/// The whole configuration file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// State directory (slice directories, `arbiter.sock`).
+    pub state_dir: PathBuf,
+    /// The interposer; `None` = `../lib/gpuslice/libgpuslice.so` next to the executable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interposer: Option<PathBuf>,
+    /// The NVML library to load; `None` = the system's `libnvidia-ml.so.1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvml_library: Option<PathBuf>,
+    /// Behaviour when the arbiter is unreachable.
+    pub fail: FailMode,
+    /// Admission and placement.
+    pub admission: AdmissionConfig,
+    /// Time-slicing.
+    pub scheduler: SchedulerConfig,
+    /// Prometheus endpoint.
+    pub metrics: MetricsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            interposer: None,
+            nvml_library: None,
+            fail: FailMode::Closed,
+            admission: AdmissionConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            metrics: MetricsConfig::default(),
+        }
+    }
+}
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file named explicitly does not exist or cannot be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Syntax error, wrong type, unknown key.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// The file (or `<string>`).
+        path: PathBuf,
+        /// toml's message, which names the key and the line.
+        message: String,
+    },
+    /// A value is well-formed but not acceptable.
+    #[error("config {path}: {key} = {value}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Dotted key.
+        key: &'static str,
+        /// The value.
+        value: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn from_toml_str(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        cfg.check(origin)?;
+        Ok(cfg)
+    }
+
+    /// Loads `path`. When `explicit` is false (the default path was used) a missing file means
+    /// defaults; when true (`--config` / `GPUSLICE_CONFIG`) it is an error.
+    pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::from_toml_str(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Renders the configuration as TOML (every key, defaults included).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    fn check(&self, origin: &Path) -> Result<(), ConfigError> {
+        let invalid = |key, value: String, reason: &str| ConfigError::Invalid {
+            path: origin.to_path_buf(),
+            key,
+            value,
+            reason: reason.to_string(),
+        };
+        let q = self.scheduler.quantum;
+        if q < QUANTUM_RANGE.0 || q > QUANTUM_RANGE.1 {
+            return Err(invalid(
+                "scheduler.quantum",
+                format!("{q:?}"),
+                "must be between 500us and 1s",
+            ));
+        }
+        if self.metrics.enabled
+            && !self.metrics.allow_remote
+            && !self.metrics.listen.ip().is_loopback()
+        {
+            return Err(invalid(
+                "metrics.listen",
+                self.metrics.listen.to_string(),
+                "not a loopback address (set metrics.allow_remote = true to expose it)",
+            ));
+        }
+        if self.admission.processes_per_slice == 0 {
+            return Err(invalid(
+                "admission.processes_per_slice",
+                "0".into(),
+                "must be at least 1",
+            ));
+        }
+        if !self.state_dir.is_absolute() {
+            return Err(invalid(
+                "state_dir",
+                self.state_dir.display().to_string(),
+                "must be an absolute path",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parses `"5ms"`, `"2500us"`, `"1s"`, `"0.5ms"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("\"{text}\": not a duration (e.g. \"5ms\", \"2500us\")"))?;
+    let nanos_per = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        other => {
+            return Err(format!(
+                "\"{text}\": unknown unit \"{other}\" (use ns, us, ms or s)"
+            ))
+        }
+    };
+    let nanos = value * nanos_per;
+    if !nanos.is_finite() || !(0.0..=1e18).contains(&nanos) {
+        return Err(format!("\"{text}\": out of range"));
+    }
+    Ok(Duration::from_nanos(nanos.round() as u64))
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s).map_err(de::Error::custom)
+}
+
+fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    let us = d.as_micros();
+    if us.is_multiple_of(1000) {
+        s.collect_str(&format_args!("{}ms", us / 1000))
+    } else {
+        s.collect_str(&format_args!("{us}us"))
+    }
+}

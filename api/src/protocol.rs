@@ -1,0 +1,246 @@
+//! The arbiter control protocol: JSON, one request per line and one response per line over the
+//! root-only unix socket `<state-dir>/arbiter.sock`. Every message carries `"version"`
+//! ([`PROTOCOL_VERSION`]); the operation is in `"op"` (requests) or `"result"` (responses).
+//! Examples of every message: `docs/protocol.md`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::quantity::MemoryRequest;
+use crate::request::{Priority, SliceRequest};
+
+/// The protocol version this crate speaks. A peer with another version gets
+/// [`ErrorCode::Version`].
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The socket's file name inside the state directory.
+pub const SOCKET_NAME: &str = "arbiter.sock";
+
+/// Longest request line the arbiter reads (bytes, newline included).
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Who a slice belongs to. All optional: a bare process (`gpuslice run`) has only a pid.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    /// OCI container id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// Host pid of the container's init or of the bare process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// cgroup path of the container, used to find its processes and notice it is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+}
+
+/// A request to the arbiter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Admit and place a slice. Admitting an existing id with the same request returns the
+    /// existing assignment (idempotent); with a different request it is a `conflict`.
+    Admit {
+        /// Caller-chosen id: `[A-Za-z0-9_.-]{1,128}`, not starting with `.`; names the slice
+        /// directory.
+        slice_id: String,
+        /// What the slice asks for.
+        request: SliceRequest,
+        /// Who owns it.
+        #[serde(default)]
+        owner: Owner,
+    },
+    /// Release a slice: its memory and shares return to the pool, its directory is removed.
+    Release {
+        /// The slice.
+        slice_id: String,
+    },
+    /// Change a running slice. Omitted fields are unchanged; `compute: 0` makes it best effort.
+    Update {
+        /// The slice.
+        slice_id: String,
+        /// New memory cap per device.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory: Option<MemoryRequest>,
+        /// New guarantee (0 = best effort).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compute: Option<u8>,
+        /// New ceiling.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compute_limit: Option<u8>,
+        /// New priority.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        priority: Option<Priority>,
+    },
+    /// The node's devices and slices.
+    Status,
+}
+
+/// A request line: the version and the request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestEnvelope {
+    /// Must equal [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// The request itself (its fields are flattened into the same object).
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+impl RequestEnvelope {
+    /// Wraps a request with this crate's version.
+    pub fn new(request: Request) -> Self {
+        RequestEnvelope {
+            version: PROTOCOL_VERSION,
+            request,
+        }
+    }
+}
+
+/// One device of a slice's assignment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssignedDevice {
+    /// NVML index on the node.
+    pub index: u32,
+    /// NVML UUID (`GPU-…`).
+    pub uuid: String,
+    /// Device name (`NVIDIA H100 80GB HBM3`).
+    pub name: String,
+    /// The device's total memory, bytes.
+    pub memory_total: u64,
+    /// The slice's cap on this device, bytes (a percentage request is resolved here);
+    /// `None` = no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_cap: Option<u64>,
+}
+
+/// A slice as the arbiter holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceStatus {
+    /// The slice id.
+    pub slice_id: String,
+    /// The request as admitted (with updates applied).
+    pub request: SliceRequest,
+    /// Its owner.
+    pub owner: Owner,
+    /// Where it was placed.
+    pub devices: Vec<AssignedDevice>,
+}
+
+/// One device's bookkeeping.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Name.
+    pub name: String,
+    /// Total memory, bytes.
+    pub memory_total: u64,
+    /// Memory promised to slices on this device: caps plus per-process context reserves
+    /// (an uncapped slice counts as the whole device).
+    pub memory_committed: u64,
+    /// Sum of guaranteed shares, percent (≤ 100).
+    pub compute_guaranteed: u32,
+    /// Ids of the slices placed here.
+    pub slices: Vec<String>,
+}
+
+/// The reply to `status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// Every device on the node.
+    pub devices: Vec<DeviceStatus>,
+    /// Every admitted slice.
+    pub slices: Vec<SliceStatus>,
+}
+
+/// What kind of error a request met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The line is not a valid request, or a value is out of range.
+    BadRequest,
+    /// The protocol version differs.
+    Version,
+    /// The request is valid but does not fit (admission or update refused).
+    Refused,
+    /// No slice with that id.
+    NotFound,
+    /// The slice id exists with a different request.
+    Conflict,
+    /// The arbiter failed (I/O, NVML).
+    Internal,
+}
+
+/// A reply from the arbiter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Response {
+    /// The slice is admitted (or already was, with the same request).
+    Admitted {
+        /// The slice id.
+        slice_id: String,
+        /// Its directory on the host, to be mounted at `/run/gpuslice` in the container.
+        slice_dir: PathBuf,
+        /// Where it was placed, in the order the tenant sees the devices.
+        devices: Vec<AssignedDevice>,
+        /// True when this admit repeated an earlier one.
+        #[serde(default)]
+        existing: bool,
+    },
+    /// The slice is gone.
+    Released {
+        /// The slice id.
+        slice_id: String,
+    },
+    /// The update is applied.
+    Updated {
+        /// The slice id.
+        slice_id: String,
+        /// The assignment after the update.
+        devices: Vec<AssignedDevice>,
+        /// Things the caller should tell the user (e.g. a cap below current use).
+        #[serde(default)]
+        warnings: Vec<String>,
+    },
+    /// The node's state.
+    Status(NodeStatus),
+    /// The request failed.
+    Error {
+        /// Kind of failure.
+        code: ErrorCode,
+        /// A sentence for people, naming the constraint and the numbers.
+        message: String,
+    },
+}
+
+/// A response line: the version and the response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseEnvelope {
+    /// The arbiter's [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// The response (flattened).
+    #[serde(flatten)]
+    pub response: Response,
+}
+
+impl ResponseEnvelope {
+    /// Wraps a response with this crate's version.
+    pub fn new(response: Response) -> Self {
+        ResponseEnvelope {
+            version: PROTOCOL_VERSION,
+            response,
+        }
+    }
+}
+
+/// Whether `id` is acceptable as a slice id (it names a directory under the state dir).
+pub fn valid_slice_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}

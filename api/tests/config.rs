@@ -1,0 +1,117 @@
+//! Configuration file: defaults, full file, unknown keys and bad values named, missing files.
+
+use std::path::Path;
+use std::time::Duration;
+
+use gpuslice_api::config::{parse_duration, DEFAULT_CONTEXT_RESERVE};
+use gpuslice_api::{ByteSize, Config, ConfigError, FailMode, Placement};
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_str(text, Path::new("test.toml"))
+}
+
+#[test]
+fn empty_file_is_defaults() {
+    let c = parse("").unwrap();
+    assert_eq!(c, Config::default());
+    assert_eq!(c.state_dir, Path::new("/run/gpuslice"));
+    assert_eq!(c.admission.placement, Placement::Binpack);
+    assert!(!c.admission.overcommit_memory);
+    assert_eq!(
+        c.admission.context_reserve,
+        ByteSize(DEFAULT_CONTEXT_RESERVE)
+    );
+    assert_eq!(c.scheduler.quantum, Duration::from_millis(5));
+    assert_eq!(c.metrics.listen.to_string(), "127.0.0.1:9447");
+    assert_eq!(c.fail, FailMode::Closed);
+}
+
+#[test]
+fn full_file() {
+    let c = parse(
+        r#"
+state_dir = "/tmp/gs"
+interposer = "/opt/gpuslice/libgpuslice.so"
+nvml_library = "/opt/sim/libnvidia-ml.so.1"
+fail = "open"
+[admission]
+placement = "spread"
+overcommit_memory = true
+context_reserve = "300Mi"
+processes_per_slice = 2
+[scheduler]
+quantum = "2500us"
+[metrics]
+listen = "127.0.0.1:9555"
+"#,
+    )
+    .unwrap();
+    assert_eq!(c.state_dir, Path::new("/tmp/gs"));
+    assert_eq!(c.fail, FailMode::Open);
+    assert_eq!(c.admission.placement, Placement::Spread);
+    assert!(c.admission.overcommit_memory);
+    assert_eq!(c.admission.context_reserve, ByteSize(300 << 20));
+    assert_eq!(c.admission.processes_per_slice, 2);
+    assert_eq!(c.scheduler.quantum, Duration::from_micros(2500));
+    assert_eq!(c.metrics.listen.port(), 9555);
+    // Render and re-read: the same configuration.
+    assert_eq!(parse(&c.to_toml()).unwrap(), c);
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let e = parse("statedir = \"/x\"").unwrap_err().to_string();
+    assert!(e.contains("statedir"), "{e}");
+    let e = parse("[admission]\nplacment = \"spread\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("placment"), "{e}");
+    let e = parse("[admission]\nplacement = \"random\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("random"), "{e}");
+}
+
+#[test]
+fn bad_values_are_named() {
+    let e = parse("[scheduler]\nquantum = \"5 fortnights\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("fortnights"), "{e}");
+    let e = parse("[scheduler]\nquantum = \"10us\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("scheduler.quantum"), "{e}");
+    let e = parse("[metrics]\nlisten = \"0.0.0.0:9447\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("metrics.listen") && e.contains("loopback"),
+        "{e}"
+    );
+    assert!(parse("[metrics]\nlisten = \"0.0.0.0:9447\"\nallow_remote = true").is_ok());
+    let e = parse("[admission]\ncontext_reserve = \"10%\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("percentage"), "{e}");
+    let e = parse("state_dir = \"relative\"").unwrap_err().to_string();
+    assert!(e.contains("state_dir") && e.contains("absolute"), "{e}");
+}
+
+#[test]
+fn missing_files() {
+    let missing = Path::new("/nonexistent/gpuslice/config.toml");
+    assert_eq!(Config::load(missing, false).unwrap(), Config::default());
+    let e = Config::load(missing, true).unwrap_err();
+    assert!(matches!(e, ConfigError::Read { .. }));
+    assert!(e.to_string().contains("/nonexistent/gpuslice/config.toml"));
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("5ms"), Ok(Duration::from_millis(5)));
+    assert_eq!(parse_duration("0.5ms"), Ok(Duration::from_micros(500)));
+    assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+    assert!(parse_duration("5").is_err());
+    assert!(parse_duration("ms").is_err());
+}
