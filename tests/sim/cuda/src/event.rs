@@ -1,1 +1,278 @@
-//! TODO(owner): see lib.rs
+//! Events with real timestamps: an event records the CLOCK_MONOTONIC time at which its stream
+//! reached the record (after every earlier item of the stream completed), so an event pair
+//! around a kernel measures the kernel's time on the shared engine, waits included.
+//!
+//! Each `cuEventRecord` issues a new record number; the event's state is that of the most recent
+//! record (`cuEventQuery` / `cuEventSynchronize` wait for it, `cuStreamWaitEvent` captures it).
+
+use std::collections::HashMap;
+use std::ffi::{c_float, c_uint};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
+
+use gpuslice_cuda_abi::exec::*;
+use gpuslice_cuda_abi::result::*;
+use gpuslice_cuda_abi::types::*;
+
+use crate::context;
+use crate::device::rc;
+use crate::graph::CapturedAt;
+use crate::stream::{self, Op};
+
+/// Base of event handles.
+const EVENT_HANDLE_BASE: usize = 0x0e7e_0000_0000;
+
+#[derive(Default)]
+struct State {
+    /// Records issued (the latest record number).
+    issued: u64,
+    /// Highest record number completed.
+    done: u64,
+    /// Time the completed record was reached.
+    time_ns: u64,
+    /// Where the latest record was captured, if it was recorded into a capturing stream.
+    captured: Option<CapturedAt>,
+}
+
+/// One event.
+pub(crate) struct Event {
+    /// `CU_EVENT_*` flags.
+    pub(crate) flags: c_uint,
+    st: Mutex<State>,
+    cv: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Event {
+    /// Issues a new record number (for an item about to be enqueued).
+    pub(crate) fn issue(&self) -> u64 {
+        let mut st = lock(&self.st);
+        st.issued += 1;
+        st.captured = None;
+        st.issued
+    }
+
+    /// The latest record number (0: never recorded).
+    pub(crate) fn issued_gen(&self) -> u64 {
+        lock(&self.st).issued
+    }
+
+    /// Marks record `gen` as reached at `t_ns` (stream workers).
+    pub(crate) fn complete(&self, gen: u64, t_ns: u64) {
+        let mut st = lock(&self.st);
+        if gen > st.done {
+            st.done = gen;
+            st.time_ns = t_ns;
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// Blocks until record `gen` has completed.
+    pub(crate) fn wait_gen(&self, gen: u64) {
+        let mut st = lock(&self.st);
+        while st.done < gen {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Remembers that the latest record happened inside a stream capture.
+    pub(crate) fn set_captured(&self, at: CapturedAt) {
+        lock(&self.st).captured = Some(at);
+    }
+
+    /// The capture position of the latest record, if it was captured.
+    pub(crate) fn captured(&self) -> Option<CapturedAt> {
+        lock(&self.st).captured.clone()
+    }
+
+    fn query(&self) -> bool {
+        let st = lock(&self.st);
+        st.done >= st.issued
+    }
+}
+
+static EVENTS: LazyLock<Mutex<HashMap<usize, Arc<Event>>>> = LazyLock::new(Default::default);
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// The event behind `h` (`CUDA_ERROR_INVALID_HANDLE` if unknown or destroyed).
+pub(crate) fn lookup(h: CUevent) -> Result<Arc<Event>, CUresult> {
+    crate::device::node()?;
+    lock(&EVENTS)
+        .get(&(h as usize))
+        .cloned()
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+fn create(ph: *mut CUevent, flags: c_uint) -> Result<(), CUresult> {
+    context::current()?;
+    if ph.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let all = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    if flags & !all != 0
+        || (flags & CU_EVENT_INTERPROCESS != 0 && flags & CU_EVENT_DISABLE_TIMING == 0)
+    {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let handle = EVENT_HANDLE_BASE + NEXT.fetch_add(1, Ordering::Relaxed) as usize * 0x40;
+    let ev = Arc::new(Event {
+        flags,
+        st: Mutex::new(State::default()),
+        cv: Condvar::new(),
+    });
+    lock(&EVENTS).insert(handle, ev);
+    // SAFETY: null-checked above; the caller provides a writable CUevent.
+    unsafe { ph.write(handle as CUevent) };
+    Ok(())
+}
+
+/// `cuEventCreate`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CUresult {
+    rc(create(ph, flags))
+}
+
+fn record(ev: CUevent, h: CUstream, flags: c_uint, ptds: bool) -> Result<(), CUresult> {
+    let e = lookup(ev)?;
+    let s = stream::resolve(h, ptds)?;
+    if flags & !CU_EVENT_RECORD_EXTERNAL != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if crate::graph::capture_record_event(&s, &e, flags & CU_EVENT_RECORD_EXTERNAL != 0)? {
+        return Ok(());
+    }
+    if flags & CU_EVENT_RECORD_EXTERNAL != 0 {
+        // Only meaningful during capture.
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let gen = e.issue();
+    stream::submit(&s, Vec::new(), Op::Record(e, gen));
+    Ok(())
+}
+
+/// `cuEventRecord`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventRecord(ev: CUevent, h: CUstream) -> CUresult {
+    rc(record(ev, h, 0, false))
+}
+
+/// `cuEventRecord_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventRecord_ptsz(ev: CUevent, h: CUstream) -> CUresult {
+    rc(record(ev, h, 0, true))
+}
+
+/// `cuEventRecordWithFlags`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventRecordWithFlags(
+    ev: CUevent,
+    h: CUstream,
+    flags: c_uint,
+) -> CUresult {
+    rc(record(ev, h, flags, false))
+}
+
+/// `cuEventRecordWithFlags_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
+    ev: CUevent,
+    h: CUstream,
+    flags: c_uint,
+) -> CUresult {
+    rc(record(ev, h, flags, true))
+}
+
+/// `cuEventQuery`: `CUDA_ERROR_NOT_READY` until the latest record is reached (a never-recorded
+/// event is complete).
+#[no_mangle]
+pub unsafe extern "C" fn cuEventQuery(ev: CUevent) -> CUresult {
+    match lookup(ev) {
+        Ok(e) if e.captured().is_some() => CUDA_ERROR_CAPTURED_EVENT,
+        Ok(e) if e.query() => CUDA_SUCCESS,
+        Ok(_) => CUDA_ERROR_NOT_READY,
+        Err(r) => r,
+    }
+}
+
+/// `cuEventSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventSynchronize(ev: CUevent) -> CUresult {
+    match lookup(ev) {
+        Ok(e) if e.captured().is_some() => CUDA_ERROR_CAPTURED_EVENT,
+        Ok(e) => {
+            let gen = e.issued_gen();
+            e.wait_gen(gen);
+            CUDA_SUCCESS
+        }
+        Err(r) => r,
+    }
+}
+
+fn elapsed(out: *mut c_float, start: CUevent, end: CUevent) -> Result<(), CUresult> {
+    if out.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let (a, b) = (lookup(start)?, lookup(end)?);
+    if a.flags & CU_EVENT_DISABLE_TIMING != 0 || b.flags & CU_EVENT_DISABLE_TIMING != 0 {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    let (sa, sb) = (lock(&a.st), lock(&b.st));
+    if sa.captured.is_some() || sb.captured.is_some() {
+        return Err(CUDA_ERROR_CAPTURED_EVENT);
+    }
+    if sa.issued == 0 || sb.issued == 0 {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    if sa.done < sa.issued || sb.done < sb.issued {
+        return Err(CUDA_ERROR_NOT_READY);
+    }
+    let ms = (sb.time_ns as f64 - sa.time_ns as f64) / 1e6;
+    // SAFETY: null-checked above; the caller provides a writable float.
+    unsafe { out.write(ms as c_float) };
+    Ok(())
+}
+
+/// `cuEventElapsedTime`: milliseconds between the times the two records were reached.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    ms: *mut c_float,
+    start: CUevent,
+    end: CUevent,
+) -> CUresult {
+    rc(elapsed(ms, start, end))
+}
+
+/// `cuEventElapsedTime_v2` (CUDA 12.8; same semantics).
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(
+    ms: *mut c_float,
+    start: CUevent,
+    end: CUevent,
+) -> CUresult {
+    rc(elapsed(ms, start, end))
+}
+
+fn destroy(ev: CUevent) -> Result<(), CUresult> {
+    crate::device::node()?;
+    // Pending records keep their own reference and still complete.
+    lock(&EVENTS)
+        .remove(&(ev as usize))
+        .map(|_| ())
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)
+}
+
+/// `cuEventDestroy` (legacy export).
+#[no_mangle]
+pub unsafe extern "C" fn cuEventDestroy(ev: CUevent) -> CUresult {
+    rc(destroy(ev))
+}
+
+/// `cuEventDestroy_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventDestroy_v2(ev: CUevent) -> CUresult {
+    rc(destroy(ev))
+}
