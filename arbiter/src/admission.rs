@@ -1,0 +1,420 @@
+//! Admission state: the admitted slices and where they are placed. Admit, update, release and
+//! restore, each all-or-nothing: a refused operation leaves the state unchanged. Pure logic; the
+//! daemon adds persistence and the control socket.
+
+use std::collections::BTreeMap;
+
+use gpuslice_api::protocol::valid_slice_id;
+use gpuslice_api::quantity::format_bytes;
+use gpuslice_api::{
+    AssignedDevice, DeviceRef, DeviceSelector, DeviceStatus, ErrorCode, MemoryRequest, NodeStatus,
+    Owner, Priority, RequestError, SliceRequest, SliceStatus,
+};
+
+use crate::fit::{check, Ask, Load, Policy, Refusal};
+use crate::inventory::DeviceInfo;
+use crate::placement::{choose, Candidate};
+
+/// Why an operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    /// The request itself is malformed.
+    #[error("{0}")]
+    Invalid(#[from] RequestError),
+    /// The slice id is not acceptable.
+    #[error("slice id \"{0}\" is not valid (1-128 characters of A-Z a-z 0-9 _ - ., not starting with .)")]
+    BadSliceId(String),
+    /// The request does not fit.
+    #[error("slice \"{id}\" refused: {refusal}")]
+    Refused {
+        /// The slice id.
+        id: String,
+        /// Why.
+        refusal: Refusal,
+    },
+    /// No such slice.
+    #[error("no slice \"{0}\"")]
+    NotFound(String),
+    /// The id is taken by a slice with a different request.
+    #[error("slice \"{0}\" already exists with a different request")]
+    Conflict(String),
+    /// A restored record names a device the node no longer has.
+    #[error("slice \"{id}\": device {uuid} is not on this node")]
+    MissingDevice {
+        /// The slice id.
+        id: String,
+        /// The device.
+        uuid: String,
+    },
+}
+
+impl AdmitError {
+    /// The protocol error code for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AdmitError::Invalid(_) | AdmitError::BadSliceId(_) => ErrorCode::BadRequest,
+            AdmitError::Refused { .. } | AdmitError::MissingDevice { .. } => ErrorCode::Refused,
+            AdmitError::NotFound(_) => ErrorCode::NotFound,
+            AdmitError::Conflict(_) => ErrorCode::Conflict,
+        }
+    }
+}
+
+/// A change to a running slice; `None` fields are unchanged.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Change {
+    /// New memory cap.
+    pub memory: Option<MemoryRequest>,
+    /// New guarantee; `Some(0)` = best effort.
+    pub compute: Option<u8>,
+    /// New ceiling.
+    pub compute_limit: Option<u8>,
+    /// New priority.
+    pub priority: Option<Priority>,
+}
+
+/// The result of a successful admit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// The assignment.
+    pub devices: Vec<AssignedDevice>,
+    /// True when the slice was already admitted with the same request.
+    pub existing: bool,
+}
+
+/// The result of a successful update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Updated {
+    /// The assignment after the update.
+    pub devices: Vec<AssignedDevice>,
+    /// Things to tell the user (cap below current use).
+    pub warnings: Vec<String>,
+}
+
+/// The node's admitted slices.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    policy: Policy,
+    devices: Vec<DeviceInfo>,
+    slices: BTreeMap<String, SliceStatus>,
+}
+
+impl Admission {
+    /// An empty node with `devices`.
+    pub fn new(devices: Vec<DeviceInfo>, policy: Policy) -> Self {
+        Admission {
+            policy,
+            devices,
+            slices: BTreeMap::new(),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The node's devices.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    /// One admitted slice.
+    pub fn slice(&self, id: &str) -> Option<&SliceStatus> {
+        self.slices.get(id)
+    }
+
+    /// Every admitted slice, by id.
+    pub fn slices(&self) -> impl Iterator<Item = &SliceStatus> {
+        self.slices.values()
+    }
+
+    /// What is promised on device `pos`, leaving out slice `except`.
+    pub fn load(&self, pos: usize, except: Option<&str>) -> Load {
+        let Some(dev) = self.devices.get(pos) else {
+            return Load::default();
+        };
+        let mut load = Load::default();
+        for s in self.slices.values() {
+            if Some(s.slice_id.as_str()) == except {
+                continue;
+            }
+            for a in s.devices.iter().filter(|a| a.uuid == dev.uuid) {
+                load.memory_committed = load
+                    .memory_committed
+                    .saturating_add(self.policy.commitment(a.memory_cap, dev.memory_total));
+                load.compute_guaranteed += u32::from(s.request.compute.unwrap_or(0));
+            }
+        }
+        load
+    }
+
+    fn ask(request: &SliceRequest, dev: &DeviceInfo) -> Ask {
+        Ask {
+            cap: request.memory.map(|m| m.resolve(dev.memory_total)),
+            compute: request.compute.unwrap_or(0),
+        }
+    }
+
+    fn assigned(dev: &DeviceInfo, ask: Ask) -> AssignedDevice {
+        AssignedDevice {
+            index: dev.index,
+            uuid: dev.uuid.clone(),
+            name: dev.name.clone(),
+            memory_total: dev.memory_total,
+            memory_cap: ask.cap,
+        }
+    }
+
+    fn find(&self, r: &DeviceRef) -> Option<usize> {
+        self.devices.iter().position(|d| match r {
+            DeviceRef::Index(i) => d.index == *i,
+            DeviceRef::Uuid(u) => d.uuid.eq_ignore_ascii_case(u),
+        })
+    }
+
+    /// Admits slice `id`, placing it by the policy. Repeating an admit with the same request
+    /// returns the existing assignment.
+    pub fn admit(
+        &mut self,
+        id: &str,
+        request: SliceRequest,
+        owner: Owner,
+    ) -> Result<Admitted, AdmitError> {
+        if !valid_slice_id(id) {
+            return Err(AdmitError::BadSliceId(id.to_string()));
+        }
+        request.validate()?;
+        if let Some(existing) = self.slices.get(id) {
+            return if existing.request == request {
+                Ok(Admitted {
+                    devices: existing.devices.clone(),
+                    existing: true,
+                })
+            } else {
+                Err(AdmitError::Conflict(id.to_string()))
+            };
+        }
+        let refused = |refusal| AdmitError::Refused {
+            id: id.to_string(),
+            refusal,
+        };
+        if self.devices.is_empty() {
+            return Err(refused(Refusal::NoDevices));
+        }
+        let model = request.model.as_deref();
+        let positions: Vec<usize> = match &request.devices {
+            DeviceSelector::List(list) => {
+                let mut positions = Vec::with_capacity(list.len());
+                for r in list {
+                    let pos = self
+                        .find(r)
+                        .ok_or_else(|| refused(Refusal::UnknownDevice(r.clone())))?;
+                    if positions.contains(&pos) {
+                        // `0,GPU-of-device-0`: the same device twice under two names.
+                        return Err(AdmitError::Invalid(RequestError::new(
+                            gpuslice_api::request::keys::DEVICES,
+                            &request.devices,
+                            format!("device {r} is listed twice"),
+                        )));
+                    }
+                    let dev = &self.devices[pos];
+                    check(
+                        &self.policy,
+                        dev,
+                        self.load(pos, None),
+                        Self::ask(&request, dev),
+                        model,
+                    )
+                    .map_err(|d| refused(Refusal::ListedDeviceFull(d)))?;
+                    positions.push(pos);
+                }
+                positions
+            }
+            DeviceSelector::Count(n) => {
+                let n = *n as usize;
+                let mut fits = Vec::new();
+                let mut misses = Vec::new();
+                for (pos, dev) in self.devices.iter().enumerate() {
+                    let load = self.load(pos, None);
+                    let ask = Self::ask(&request, dev);
+                    match check(&self.policy, dev, load, ask, model) {
+                        Ok(()) => fits.push(Candidate::new(&self.policy, pos, dev, load, ask)),
+                        Err(d) => misses.push(d),
+                    }
+                }
+                if fits.len() < n {
+                    return Err(refused(Refusal::NotEnoughDevices {
+                        wanted: n,
+                        fit: fits.len(),
+                        devices: misses,
+                    }));
+                }
+                choose(self.policy.placement, fits, n)
+            }
+        };
+        let devices: Vec<AssignedDevice> = positions
+            .iter()
+            .map(|&p| {
+                let dev = &self.devices[p];
+                Self::assigned(dev, Self::ask(&request, dev))
+            })
+            .collect();
+        self.slices.insert(
+            id.to_string(),
+            SliceStatus {
+                slice_id: id.to_string(),
+                request,
+                owner,
+                devices: devices.clone(),
+            },
+        );
+        Ok(Admitted {
+            devices,
+            existing: false,
+        })
+    }
+
+    /// Changes a slice in place (it is not moved). Memory and compute are checked on every
+    /// device of the slice like an admit; a cap below what the slice uses now (`used`: bytes by
+    /// device UUID, as measured) is accepted with a warning.
+    pub fn update(
+        &mut self,
+        id: &str,
+        change: &Change,
+        used: &BTreeMap<String, u64>,
+    ) -> Result<Updated, AdmitError> {
+        let slice = self
+            .slices
+            .get(id)
+            .ok_or_else(|| AdmitError::NotFound(id.to_string()))?;
+        let mut request = slice.request.clone();
+        if let Some(m) = change.memory {
+            request.memory = Some(m);
+        }
+        match change.compute {
+            Some(0) => request.compute = None,
+            Some(c) => request.compute = Some(c),
+            None => {}
+        }
+        if let Some(l) = change.compute_limit {
+            request.compute_limit = Some(l);
+        }
+        if let Some(p) = change.priority {
+            request.priority = p;
+        }
+        request.validate()?;
+        let mut devices = Vec::with_capacity(slice.devices.len());
+        let mut warnings = Vec::new();
+        for a in &slice.devices {
+            let pos = self
+                .devices
+                .iter()
+                .position(|d| d.uuid == a.uuid)
+                .ok_or_else(|| AdmitError::MissingDevice {
+                    id: id.to_string(),
+                    uuid: a.uuid.clone(),
+                })?;
+            let dev = &self.devices[pos];
+            let ask = Self::ask(&request, dev);
+            // The model constraint was checked at admission; an update cannot change it.
+            check(&self.policy, dev, self.load(pos, Some(id)), ask, None).map_err(|d| {
+                AdmitError::Refused {
+                    id: id.to_string(),
+                    refusal: Refusal::UpdateDoesNotFit(d),
+                }
+            })?;
+            if let (Some(cap), Some(&u)) = (ask.cap, used.get(&dev.uuid)) {
+                if u > cap {
+                    warnings.push(format!(
+                        "device {} ({}): new memory cap {} is below current use {}; new \
+                         allocations fail until use drops below the cap",
+                        dev.index,
+                        dev.uuid,
+                        format_bytes(cap),
+                        format_bytes(u)
+                    ));
+                }
+            }
+            devices.push(Self::assigned(dev, ask));
+        }
+        let slice = self
+            .slices
+            .get_mut(id)
+            .ok_or_else(|| AdmitError::NotFound(id.to_string()))?;
+        slice.request = request;
+        slice.devices = devices.clone();
+        Ok(Updated { devices, warnings })
+    }
+
+    /// Releases a slice, returning its record.
+    pub fn release(&mut self, id: &str) -> Result<SliceStatus, AdmitError> {
+        self.slices
+            .remove(id)
+            .ok_or_else(|| AdmitError::NotFound(id.to_string()))
+    }
+
+    /// Re-inserts a slice admitted by an earlier run of the arbiter. Its devices are matched by
+    /// UUID (indices and the cap of a percentage request are refreshed). A running tenant is
+    /// never refused for capacity: if the node is now over-committed (e.g. the config changed)
+    /// the slice is restored and a warning returned.
+    pub fn restore(&mut self, mut record: SliceStatus) -> Result<Vec<String>, AdmitError> {
+        let id = record.slice_id.clone();
+        if !valid_slice_id(&id) {
+            return Err(AdmitError::BadSliceId(id));
+        }
+        record.request.validate()?;
+        if self.slices.contains_key(&id) {
+            return Err(AdmitError::Conflict(id));
+        }
+        let mut warnings = Vec::new();
+        for a in &mut record.devices {
+            let pos = self
+                .devices
+                .iter()
+                .position(|d| d.uuid == a.uuid)
+                .ok_or_else(|| AdmitError::MissingDevice {
+                    id: id.clone(),
+                    uuid: a.uuid.clone(),
+                })?;
+            let dev = &self.devices[pos];
+            let ask = Self::ask(&record.request, dev);
+            if let Err(d) = check(&self.policy, dev, self.load(pos, None), ask, None) {
+                warnings.push(format!("slice \"{id}\" restored over capacity on {d}"));
+            }
+            *a = Self::assigned(dev, ask);
+        }
+        self.slices.insert(id, record);
+        Ok(warnings)
+    }
+
+    /// The node's bookkeeping, for `status`.
+    pub fn status(&self) -> NodeStatus {
+        let devices = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(pos, d)| {
+                let load = self.load(pos, None);
+                DeviceStatus {
+                    index: d.index,
+                    uuid: d.uuid.clone(),
+                    name: d.name.clone(),
+                    memory_total: d.memory_total,
+                    memory_committed: load.memory_committed,
+                    compute_guaranteed: load.compute_guaranteed,
+                    slices: self
+                        .slices
+                        .values()
+                        .filter(|s| s.devices.iter().any(|a| a.uuid == d.uuid))
+                        .map(|s| s.slice_id.clone())
+                        .collect(),
+                }
+            })
+            .collect();
+        NodeStatus {
+            devices,
+            slices: self.slices.values().cloned().collect(),
+        }
+    }
+}

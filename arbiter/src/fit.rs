@@ -1,0 +1,258 @@
+//! Whether a request fits one device: the constraints admission checks and the precise reasons
+//! it gives when one fails.
+
+use std::fmt;
+
+use gpuslice_api::quantity::format_bytes;
+use gpuslice_api::DeviceRef;
+
+use crate::inventory::DeviceInfo;
+
+/// Admission settings (from `[admission]` in the config file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Bin-pack or spread.
+    pub placement: gpuslice_api::Placement,
+    /// Skip memory checks.
+    pub overcommit_memory: bool,
+    /// Context reserve per process per device, bytes.
+    pub context_reserve: u64,
+    /// Processes per slice that admission reserves context memory for.
+    pub processes_per_slice: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::from(&gpuslice_api::config::AdmissionConfig::default())
+    }
+}
+
+impl From<&gpuslice_api::config::AdmissionConfig> for Policy {
+    fn from(c: &gpuslice_api::config::AdmissionConfig) -> Self {
+        Policy {
+            placement: c.placement,
+            overcommit_memory: c.overcommit_memory,
+            context_reserve: c.context_reserve.0,
+            processes_per_slice: c.processes_per_slice,
+        }
+    }
+}
+
+impl Policy {
+    /// The context reserve one slice holds on each of its devices.
+    pub fn reserve(&self) -> u64 {
+        self.context_reserve
+            .saturating_mul(u64::from(self.processes_per_slice))
+    }
+
+    /// Memory a slice with `cap` commits on a device of `total` bytes: the cap plus the context
+    /// reserve, or the whole device when uncapped.
+    pub fn commitment(&self, cap: Option<u64>, total: u64) -> u64 {
+        match cap {
+            Some(c) => c.saturating_add(self.reserve()),
+            None => total,
+        }
+    }
+}
+
+/// What is already promised on a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Sum of commitments (caps + reserves; uncapped = whole device), bytes.
+    pub memory_committed: u64,
+    /// Sum of guaranteed shares, percent.
+    pub compute_guaranteed: u32,
+}
+
+/// One failed constraint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Constraint {
+    /// `model` is not a substring of the device name.
+    Model {
+        /// The constraint.
+        wanted: String,
+        /// The device's name.
+        name: String,
+    },
+    /// The memory commitment does not fit.
+    Memory {
+        /// The cap asked for on this device (`None` = uncapped = whole device).
+        cap: Option<u64>,
+        /// Cap plus context reserve (or the whole device).
+        needed: u64,
+        /// Memory not yet promised on the device.
+        available: u64,
+    },
+    /// The guaranteed share does not fit.
+    Compute {
+        /// Share asked for.
+        needed: u8,
+        /// Share not yet guaranteed to others.
+        available: u32,
+    },
+}
+
+impl fmt::Display for Constraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Constraint::Model { wanted, name } => {
+                write!(f, "model \"{wanted}\" does not match \"{name}\"")
+            }
+            Constraint::Memory {
+                cap: Some(cap),
+                needed,
+                available,
+            } => write!(
+                f,
+                "memory: cap {} + context reserve {} = {} > {} uncommitted",
+                format_bytes(*cap),
+                format_bytes(needed.saturating_sub(*cap)),
+                format_bytes(*needed),
+                format_bytes(*available)
+            ),
+            Constraint::Memory {
+                cap: None,
+                needed,
+                available,
+            } => write!(
+                f,
+                "memory: an uncapped slice needs the whole device ({}) but only {} is uncommitted \
+                 (ask for gpuslice.io/memory to share it)",
+                format_bytes(*needed),
+                format_bytes(*available)
+            ),
+            Constraint::Compute { needed, available } => write!(
+                f,
+                "compute: guarantee {needed}% > {available}% not yet guaranteed"
+            ),
+        }
+    }
+}
+
+/// Why one device cannot take the slice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceRefusal {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Every constraint that failed, in the order model, memory, compute.
+    pub failed: Vec<Constraint>,
+}
+
+impl fmt::Display for DeviceRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {} ({}): ", self.index, self.uuid)?;
+        for (i, c) in self.failed.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a request was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The node has no GPU.
+    NoDevices,
+    /// An explicitly listed device does not exist.
+    UnknownDevice(DeviceRef),
+    /// An explicitly listed device cannot take the slice.
+    ListedDeviceFull(DeviceRefusal),
+    /// Fewer devices fit than the count asked for.
+    NotEnoughDevices {
+        /// Devices asked for.
+        wanted: usize,
+        /// Devices that fit.
+        fit: usize,
+        /// Why each other device did not.
+        devices: Vec<DeviceRefusal>,
+    },
+    /// An update does not fit on one of the slice's devices.
+    UpdateDoesNotFit(DeviceRefusal),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NoDevices => f.write_str("the node has no GPU"),
+            Refusal::UnknownDevice(d) => write!(f, "device {d} does not exist on this node"),
+            Refusal::ListedDeviceFull(r) => write!(f, "requested {r}"),
+            Refusal::NotEnoughDevices {
+                wanted,
+                fit,
+                devices,
+            } => {
+                write!(f, "needs {wanted} device(s), {fit} fit")?;
+                for d in devices {
+                    write!(f, "; {d}")?;
+                }
+                Ok(())
+            }
+            Refusal::UpdateDoesNotFit(r) => write!(f, "update does not fit on {r}"),
+        }
+    }
+}
+
+/// What a slice asks of one particular device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ask {
+    /// Resolved memory cap on this device.
+    pub cap: Option<u64>,
+    /// Guaranteed share.
+    pub compute: u8,
+}
+
+/// Checks `ask` against `device` carrying `load` (which must not include the slice itself).
+/// `model` is checked case-insensitively as a substring of the device name.
+pub fn check(
+    policy: &Policy,
+    device: &DeviceInfo,
+    load: Load,
+    ask: Ask,
+    model: Option<&str>,
+) -> Result<(), DeviceRefusal> {
+    let mut failed = Vec::new();
+    if let Some(m) = model {
+        if !device
+            .name
+            .to_ascii_lowercase()
+            .contains(&m.to_ascii_lowercase())
+        {
+            failed.push(Constraint::Model {
+                wanted: m.to_string(),
+                name: device.name.clone(),
+            });
+        }
+    }
+    if !policy.overcommit_memory {
+        let needed = policy.commitment(ask.cap, device.memory_total);
+        let available = device.memory_total.saturating_sub(load.memory_committed);
+        if needed > available {
+            failed.push(Constraint::Memory {
+                cap: ask.cap,
+                needed,
+                available,
+            });
+        }
+    }
+    let compute_free = 100u32.saturating_sub(load.compute_guaranteed);
+    if u32::from(ask.compute) > compute_free {
+        failed.push(Constraint::Compute {
+            needed: ask.compute,
+            available: compute_free,
+        });
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(DeviceRefusal {
+            index: device.index,
+            uuid: device.uuid.clone(),
+            failed,
+        })
+    }
+}
