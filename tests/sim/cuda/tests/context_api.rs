@@ -1,0 +1,290 @@
+//! Primary and created contexts, the per-thread context stack, and the context overhead charged
+//! to the ground truth.
+
+// ---- test support (shared by the h2 test files; each file is its own crate) ----
+#[allow(dead_code)]
+mod support {
+    use std::ffi::{c_void, CString};
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    pub const SUCCESS: u32 = 0;
+    pub const INVALID_VALUE: u32 = 1;
+    pub const OUT_OF_MEMORY: u32 = 2;
+    pub const NOT_INITIALIZED: u32 = 3;
+    pub const INVALID_DEVICE: u32 = 101;
+    pub const INVALID_CONTEXT: u32 = 201;
+    pub const ALREADY_MAPPED: u32 = 208;
+    pub const INVALID_HANDLE: u32 = 400;
+    pub const CONTEXT_IS_DESTROYED: u32 = 709;
+    pub const MI: u64 = 1 << 20;
+
+    /// The simulated driver, opened with dlopen from the target directory.
+    pub struct Lib(*mut c_void);
+
+    impl Lib {
+        pub fn open() -> Lib {
+            let exe = std::env::current_exe().expect("current_exe");
+            let dir: PathBuf = exe
+                .parent()
+                .and_then(|d| d.parent())
+                .expect("target profile dir")
+                .to_path_buf();
+            let path =
+                CString::new(dir.join("libcuda.so").to_string_lossy().as_bytes()).expect("path");
+            // SAFETY: a valid NUL-terminated path; dlopen has no other preconditions.
+            let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            assert!(!h.is_null(), "dlopen {:?} failed", dir.join("libcuda.so"));
+            Lib(h)
+        }
+
+        /// Looks `name` up and reinterprets it as the function pointer type `T`.
+        ///
+        /// # Safety
+        /// `T` must be the exact C signature of the symbol.
+        pub unsafe fn sym<T: Copy>(&self, name: &str) -> T {
+            let c = CString::new(name).expect("name");
+            // SAFETY: valid handle and NUL-terminated name.
+            let p = unsafe { libc::dlsym(self.0, c.as_ptr()) };
+            assert!(!p.is_null(), "symbol {name} is not exported");
+            assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
+            // SAFETY: the caller guarantees `T` is the symbol's function pointer type.
+            unsafe { std::mem::transmute_copy(&p) }
+        }
+    }
+
+    /// Runs the named test in a child process with its own simulator state file and `env`.
+    /// Returns true in the parent (which then returns), false in the child (which runs the body).
+    pub fn in_child(test: &str, env: &[(&str, &str)]) -> bool {
+        if std::env::var_os("H2_CHILD").is_some() {
+            return false;
+        }
+        let dir = std::env::temp_dir().join(format!("gpuslice-h2-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let out = Command::new(std::env::current_exe().expect("exe"))
+            .args([test, "--exact", "--nocapture", "--test-threads=1"])
+            .env("H2_CHILD", "1")
+            .env("GPUSLICE_SIM_STATE", dir.join("state"))
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .envs(env.iter().copied())
+            .output()
+            .expect("spawn child test");
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child test {test} failed:\n{text}");
+        assert!(text.contains("1 passed"), "child ran no test:\n{text}");
+        true
+    }
+}
+#[allow(unused_imports)]
+use support::*;
+
+use std::ffi::{c_int, c_uint};
+
+type Ctx = *mut u8;
+type FnInit = unsafe extern "C" fn(u32) -> u32;
+type FnCreate = unsafe extern "C" fn(*mut Ctx, c_uint, c_int) -> u32;
+type FnCtx = unsafe extern "C" fn(Ctx) -> u32;
+type FnCtxOut = unsafe extern "C" fn(*mut Ctx) -> u32;
+type FnDevOut = unsafe extern "C" fn(*mut c_int) -> u32;
+type FnInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
+type FnRetain = unsafe extern "C" fn(*mut Ctx, c_int) -> u32;
+type FnDev = unsafe extern "C" fn(c_int) -> u32;
+type FnState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> u32;
+type FnAlloc = unsafe extern "C" fn(*mut u64, usize) -> u32;
+type FnVoid = unsafe extern "C" fn() -> u32;
+
+const DEV: &str = "name=Test GPU,mem=1Gi,sms=8,cc=9.0";
+
+struct Api {
+    init: FnInit,
+    create: FnCreate,
+    destroy: FnCtx,
+    push: FnCtx,
+    pop: FnCtxOut,
+    set: FnCtx,
+    get: FnCtxOut,
+    device: FnDevOut,
+    info: FnInfo,
+    retain: FnRetain,
+    release: FnDev,
+    reset: FnDev,
+    state: FnState,
+    alloc: FnAlloc,
+    sync: FnVoid,
+}
+
+fn api(lib: &Lib) -> Api {
+    // SAFETY: every symbol is looked up with its C signature.
+    unsafe {
+        Api {
+            init: lib.sym("cuInit"),
+            create: lib.sym("cuCtxCreate_v2"),
+            destroy: lib.sym("cuCtxDestroy_v2"),
+            push: lib.sym("cuCtxPushCurrent_v2"),
+            pop: lib.sym("cuCtxPopCurrent_v2"),
+            set: lib.sym("cuCtxSetCurrent"),
+            get: lib.sym("cuCtxGetCurrent"),
+            device: lib.sym("cuCtxGetDevice"),
+            info: lib.sym("cuMemGetInfo_v2"),
+            retain: lib.sym("cuDevicePrimaryCtxRetain"),
+            release: lib.sym("cuDevicePrimaryCtxRelease_v2"),
+            reset: lib.sym("cuDevicePrimaryCtxReset_v2"),
+            state: lib.sym("cuDevicePrimaryCtxGetState"),
+            alloc: lib.sym("cuMemAlloc_v2"),
+            sync: lib.sym("cuCtxSynchronize"),
+        }
+    }
+}
+
+/// Free bytes seen from the current context.
+fn free(a: &Api) -> u64 {
+    let (mut f, mut t) = (0usize, 0usize);
+    // SAFETY: live out-pointers.
+    assert_eq!(unsafe { (a.info)(&mut f, &mut t) }, SUCCESS);
+    assert_eq!(t as u64, 1024 * MI);
+    f as u64
+}
+
+#[test]
+fn created_contexts_and_the_stack() {
+    if in_child(
+        "created_contexts_and_the_stack",
+        &[
+            ("GPUSLICE_SIM_DEVICES", DEV),
+            ("GPUSLICE_SIM_CTX_OVERHEAD", "64Mi"),
+        ],
+    ) {
+        return;
+    }
+    let lib = Lib::open();
+    let a = api(&lib);
+    // SAFETY: symbols with their C signatures; out-pointers are live locals.
+    unsafe {
+        assert_eq!((a.init)(0), SUCCESS);
+        let mut cur: Ctx = std::ptr::null_mut();
+        assert_eq!((a.get)(&mut cur), SUCCESS);
+        assert!(cur.is_null());
+        let mut d: c_int = -1;
+        assert_eq!((a.device)(&mut d), INVALID_CONTEXT);
+        assert_eq!((a.sync)(), INVALID_CONTEXT);
+        let mut c1: Ctx = std::ptr::null_mut();
+        assert_eq!((a.create)(&mut c1, 0x100, 0), INVALID_VALUE, "unknown flag");
+        assert_eq!((a.create)(&mut c1, 0, 3), INVALID_DEVICE);
+        assert_eq!((a.create)(std::ptr::null_mut(), 0, 0), INVALID_VALUE);
+        assert_eq!((a.create)(&mut c1, 0, 0), SUCCESS);
+        assert_eq!((a.get)(&mut cur), SUCCESS);
+        assert_eq!(cur, c1, "a created context becomes current");
+        assert_eq!((a.device)(&mut d), SUCCESS);
+        assert_eq!(d, 0);
+        assert_eq!(free(&a), 1024 * MI - 64 * MI, "context overhead charged");
+        assert_eq!((a.sync)(), SUCCESS);
+
+        let mut c2: Ctx = std::ptr::null_mut();
+        assert_eq!((a.create)(&mut c2, 0, 0), SUCCESS);
+        assert_ne!(c1, c2);
+        assert_eq!(free(&a), 1024 * MI - 128 * MI);
+        let mut popped: Ctx = std::ptr::null_mut();
+        assert_eq!((a.pop)(&mut popped), SUCCESS);
+        assert_eq!(popped, c2);
+        assert_eq!((a.get)(&mut cur), SUCCESS);
+        assert_eq!(cur, c1);
+        assert_eq!((a.push)(c2), SUCCESS);
+        assert_eq!((a.get)(&mut cur), SUCCESS);
+        assert_eq!(cur, c2);
+
+        // Destroying the current context pops it and returns its overhead and allocations.
+        let mut p = 0u64;
+        assert_eq!((a.alloc)(&mut p, (100 * MI) as usize), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 128 * MI - 100 * MI);
+        assert_eq!((a.destroy)(c2), SUCCESS);
+        assert_eq!((a.get)(&mut cur), SUCCESS);
+        assert_eq!(cur, c1);
+        assert_eq!(free(&a), 1024 * MI - 64 * MI);
+        assert_eq!((a.destroy)(c2), INVALID_CONTEXT, "already destroyed");
+        let pushed = (a.push)(c2);
+        assert!(pushed == INVALID_CONTEXT || pushed == CONTEXT_IS_DESTROYED);
+
+        // A destroyed context still current on another thread reports CONTEXT_IS_DESTROYED.
+        let c1_addr = c1 as usize;
+        let dev_fn = a.device;
+        let set_fn = a.set;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tx2, rx2) = std::sync::mpsc::channel::<u32>();
+        let t = std::thread::spawn(move || {
+            assert_eq!(set_fn(c1_addr as Ctx), SUCCESS);
+            let _ = rx.recv();
+            let mut d: c_int = -1;
+            let _ = tx2.send(dev_fn(&mut d));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!((a.destroy)(c1), SUCCESS);
+        let _ = tx.send(());
+        assert_eq!(rx2.recv().ok(), Some(CONTEXT_IS_DESTROYED));
+        assert!(t.join().is_ok());
+        let mut popped: Ctx = std::ptr::null_mut();
+        assert_eq!((a.pop)(&mut popped), INVALID_CONTEXT, "stack is empty");
+    }
+}
+
+#[test]
+fn primary_context_retain_release_reset() {
+    if in_child(
+        "primary_context_retain_release_reset",
+        &[
+            ("GPUSLICE_SIM_DEVICES", DEV),
+            ("GPUSLICE_SIM_CTX_OVERHEAD", "64Mi"),
+        ],
+    ) {
+        return;
+    }
+    let lib = Lib::open();
+    let a = api(&lib);
+    // SAFETY: symbols with their C signatures; out-pointers are live locals.
+    unsafe {
+        assert_eq!((a.init)(0), SUCCESS);
+        let (mut flags, mut active) = (0u32, -1);
+        assert_eq!((a.state)(0, &mut flags, &mut active), SUCCESS);
+        assert_eq!(active, 0);
+        assert_eq!((a.release)(0), INVALID_CONTEXT, "not retained");
+        let (mut p1, mut p2): (Ctx, Ctx) = (std::ptr::null_mut(), std::ptr::null_mut());
+        assert_eq!((a.retain)(&mut p1, 0), SUCCESS);
+        assert_eq!((a.retain)(&mut p2, 0), SUCCESS);
+        assert_eq!(p1, p2, "one primary context per device");
+        assert_eq!((a.retain)(&mut p2, 4), INVALID_DEVICE);
+        assert_eq!((a.state)(0, &mut flags, &mut active), SUCCESS);
+        assert_eq!(active, 1);
+        assert_eq!((a.set)(p1), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 64 * MI, "overhead charged once");
+        assert_eq!((a.release)(0), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 64 * MI, "still retained once");
+        let mut p = 0u64;
+        assert_eq!((a.alloc)(&mut p, (10 * MI) as usize), SUCCESS);
+        assert_eq!((a.release)(0), SUCCESS);
+        assert_eq!((a.state)(0, &mut flags, &mut active), SUCCESS);
+        assert_eq!(active, 0);
+        let mut d: c_int = -1;
+        assert_eq!((a.device)(&mut d), CONTEXT_IS_DESTROYED);
+        // Retaining again revives the same handle, and the thread's binding follows it; the
+        // previous incarnation's memory and overhead were returned.
+        assert_eq!((a.retain)(&mut p2, 0), SUCCESS);
+        assert_eq!(p1, p2);
+        assert_eq!((a.device)(&mut d), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 64 * MI);
+        assert_eq!((a.alloc)(&mut p, (10 * MI) as usize), SUCCESS);
+        assert_eq!((a.reset)(0), SUCCESS);
+        assert_eq!((a.state)(0, &mut flags, &mut active), SUCCESS);
+        assert_eq!(active, 0);
+        assert_eq!((a.retain)(&mut p2, 0), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 64 * MI, "reset freed everything");
+        assert_eq!(
+            (a.destroy)(p2),
+            INVALID_CONTEXT,
+            "primary cannot be destroyed"
+        );
+    }
+}
