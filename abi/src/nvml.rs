@@ -1,7 +1,7 @@
 //! NVML types and constants (nvml.h) used by the interposer's memory queries and by the simulated
 //! `libnvidia-ml.so.1`: return codes, the device handle, memory structs and buffer sizes.
 
-#![allow(non_camel_case_types)]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
 /// `nvmlReturn_t` (C enum, 32-bit).
 pub type nvmlReturn_t = u32;

@@ -1,0 +1,183 @@
+//! `dlsym` and `dlvsym` overrides. Lookups of a driver or NVML symbol that we wrap, made through
+//! `RTLD_DEFAULT`, `RTLD_NEXT` or a handle of `libcuda.so.1` / `libnvidia-ml.so.1`, return our
+//! wrapper; everything else goes to glibc by a *tail jump*, so glibc still sees the original
+//! caller's return address and `RTLD_NEXT` keeps its meaning for every other library.
+
+use std::ffi::{c_char, c_void, CStr};
+
+/// Decides a lookup: our wrapper, or null for "let glibc answer".
+extern "C" fn intercept(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    crate::real::init_dl();
+    if name.is_null() || crate::guard::inside() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: dlsym's contract: `name` is a NUL-terminated string.
+    let n = unsafe { CStr::from_ptr(name) };
+    let b = n.to_bytes();
+    let is_cuda = b.starts_with(b"cu");
+    let is_nvml = b.starts_with(b"nvml");
+    if !is_cuda && !is_nvml {
+        return std::ptr::null_mut();
+    }
+    let Some(ours) = crate::table::lookup(b) else {
+        return std::ptr::null_mut();
+    };
+    let (cuda, nvml) = crate::real::known_handles();
+    let special = handle.is_null() || handle == libc::RTLD_NEXT;
+    let lib = if is_cuda {
+        if special || handle == cuda {
+            crate::real::cuda_handle()
+        } else {
+            return std::ptr::null_mut();
+        }
+    } else if special || handle == nvml {
+        crate::real::nvml_handle()
+    } else {
+        return std::ptr::null_mut();
+    };
+    if handle.is_null() || handle == libc::RTLD_NEXT || handle == lib {
+        // Only symbols the real library has: a missing function must stay missing.
+        if !lib.is_null() && !crate::real::dlsym(lib, n).is_null() {
+            return ours;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+extern "C" fn intercept_v(
+    handle: *mut c_void,
+    name: *const c_char,
+    _version: *const c_char,
+) -> *mut c_void {
+    intercept(handle, name)
+}
+
+/// `dlsym`: our wrapper for wrapped driver/NVML symbols, else a tail jump to glibc's.
+///
+/// # Safety
+/// Same contract as glibc's `dlsym`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {check}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jnz 2f",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax",
+        "2:",
+        "ret",
+        check = sym intercept,
+        real = sym crate::real::REAL_DLSYM,
+    )
+}
+
+/// `dlvsym`: as [`dlsym`], for versioned lookups.
+///
+/// # Safety
+/// Same contract as glibc's `dlvsym`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
+    std::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "call {check}",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jnz 2f",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz 2f",
+        "jmp rax",
+        "2:",
+        "ret",
+        check = sym intercept_v,
+        real = sym crate::real::REAL_DLVSYM,
+    )
+}
+
+/// `dlsym` (aarch64): see the x86-64 version.
+///
+/// # Safety
+/// Same contract as glibc's `dlsym`.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "stp x29, x30, [sp, #-32]!",
+        "stp x0, x1, [sp, #16]",
+        "bl {check}",
+        "mov x9, x0",
+        "ldp x0, x1, [sp, #16]",
+        "ldp x29, x30, [sp], #32",
+        "cbnz x9, 2f",
+        "adrp x10, {real}",
+        "ldr x10, [x10, :lo12:{real}]",
+        "cbz x10, 3f",
+        "br x10",
+        "2:",
+        "mov x0, x9",
+        "ret",
+        "3:",
+        "mov x0, #0",
+        "ret",
+        check = sym intercept,
+        real = sym crate::real::REAL_DLSYM,
+    )
+}
+
+/// `dlvsym` (aarch64).
+///
+/// # Safety
+/// Same contract as glibc's `dlvsym`.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
+    std::arch::naked_asm!(
+        "stp x29, x30, [sp, #-48]!",
+        "stp x0, x1, [sp, #16]",
+        "str x2, [sp, #32]",
+        "bl {check}",
+        "mov x9, x0",
+        "ldp x0, x1, [sp, #16]",
+        "ldr x2, [sp, #32]",
+        "ldp x29, x30, [sp], #48",
+        "cbnz x9, 2f",
+        "adrp x10, {real}",
+        "ldr x10, [x10, :lo12:{real}]",
+        "cbz x10, 3f",
+        "br x10",
+        "2:",
+        "mov x0, x9",
+        "ret",
+        "3:",
+        "mov x0, #0",
+        "ret",
+        check = sym intercept_v,
+        real = sym crate::real::REAL_DLVSYM,
+    )
+}

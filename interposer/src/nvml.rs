@@ -1,0 +1,102 @@
+//! NVML memory queries in the slice's view: `nvmlDeviceGetMemoryInfo` and `_v2` report
+//! total = cap, used = the slice's usage, free = min(cap − used, real free), saturating.
+
+#![allow(non_snake_case)]
+
+use crate::guard;
+use crate::state::gate;
+use gpuslice_cuda_abi::nvml::*;
+use gpuslice_region::UNCAPPED;
+use std::ffi::{c_char, c_uint, CStr};
+
+/// The slice's (total, used, free) for `device`, given the real total and free.
+fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u64, u64)> {
+    let _g = guard::enter()?;
+    let g = gate()?;
+    let (ordinal, entry) = if g.is_standalone() {
+        let f = crate::real!(nvml_sym nvmlDeviceGetIndex: fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t)?;
+        let mut i: c_uint = 0;
+        // SAFETY: writes one unsigned int.
+        if unsafe { f(device, &mut i) } != NVML_SUCCESS {
+            return None;
+        }
+        (i as i32, i as usize)
+    } else {
+        let f = crate::real!(nvml_sym nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t)?;
+        let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+        // SAFETY: writes at most `len` bytes including the NUL.
+        if unsafe { f(device, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
+            return None;
+        }
+        buf[buf.len() - 1] = 0;
+        // SAFETY: NUL-terminated (forced above).
+        let uuid = unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let e = g.entry_by_uuid(&uuid)?;
+        (e as i32, e)
+    };
+    let cap = g.cap_with(ordinal, entry, Some(real_total));
+    if cap == UNCAPPED {
+        return None;
+    }
+    let total = cap.min(real_total);
+    let used = g.used(entry).min(total);
+    let free = total.saturating_sub(used).min(real_free);
+    Some((total, used, free))
+}
+
+/// `nvmlDeviceGetMemoryInfo`.
+///
+/// # Safety
+/// C ABI; same contract as NVML's.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_t,
+) -> nvmlReturn_t {
+    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo: fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t)
+    else {
+        return NVML_ERROR_LIBRARY_NOT_FOUND;
+    };
+    // SAFETY: forwarding the caller's arguments to the real function.
+    let r = unsafe { f(device, memory) };
+    if r == NVML_SUCCESS && !memory.is_null() {
+        // SAFETY: written by NVML on success.
+        let m = unsafe { &mut *memory };
+        if let Some((t, u, fr)) = view(device, m.total, m.free) {
+            m.total = t;
+            m.used = u;
+            m.free = fr;
+        }
+    }
+    r
+}
+
+/// `nvmlDeviceGetMemoryInfo_v2`.
+///
+/// # Safety
+/// C ABI; same contract as NVML's.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: nvmlDevice_t,
+    memory: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
+    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo_v2: fn(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t)
+    else {
+        return NVML_ERROR_LIBRARY_NOT_FOUND;
+    };
+    // SAFETY: forwarding the caller's arguments to the real function.
+    let r = unsafe { f(device, memory) };
+    if r == NVML_SUCCESS && !memory.is_null() {
+        // SAFETY: written by NVML on success.
+        let m = unsafe { &mut *memory };
+        if let Some((t, u, fr)) = view(device, m.total, m.free) {
+            m.total = t;
+            m.used = u;
+            m.free = fr;
+            m.reserved = m.reserved.min(t.saturating_sub(u));
+        }
+    }
+    r
+}

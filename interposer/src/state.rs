@@ -1,0 +1,349 @@
+//! Lazily initialised process state: which mode (pass-through, slice, standalone), the mapped
+//! slice, this process's usage record, the device map and the table of live allocations.
+//! Nothing here runs before the first wrapped CUDA/NVML call.
+
+use crate::log::Level;
+use gpuslice_cuda_abi::result::*;
+use gpuslice_cuda_abi::types::CUdevice;
+use gpuslice_region::{layout, MemQuantity, Slice, UNCAPPED};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Mutex, OnceLock};
+
+const NO_RECORD: usize = usize::MAX;
+const MAX_ORDINALS: usize = 64;
+/// Default charge granularity (the driver's large-page size).
+pub const GRANULARITY: u64 = 2 << 20;
+
+/// The enforcing state (absent in pass-through mode).
+pub struct Gate {
+    /// The slice files.
+    pub slice: Slice,
+    /// Standalone mode: the requested cap per ordinal (`None` entry = uncapped).
+    standalone: Option<Vec<Option<MemQuantity>>>,
+    record: AtomicUsize,
+    record_pid: AtomicU32,
+    /// ordinal → slice entry + 1 (0 = unknown, u32::MAX = not in the slice).
+    devmap: [AtomicU32; MAX_ORDINALS],
+    /// ordinal → resolved cap (standalone percentages need the device total); 0 = unknown.
+    capcache: [AtomicU64; MAX_ORDINALS],
+    /// Live allocations: address/handle → (entry, charged bytes).
+    pub allocs: Mutex<HashMap<u64, (usize, u64)>>,
+    /// Pools: handle → (entry, charged bytes = last seen reserved size).
+    pub pools: Mutex<HashMap<usize, (usize, u64)>>,
+}
+
+static STATE: OnceLock<Option<Gate>> = OnceLock::new();
+
+/// The gate, initialising on first use; `None` = pass-through.
+pub fn gate() -> Option<&'static Gate> {
+    STATE.get_or_init(init).as_ref()
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn init() -> Option<Gate> {
+    let explicit = env("GPUSLICE_SLICE_DIR");
+    let dir = PathBuf::from(explicit.clone().unwrap_or_else(|| "/run/gpuslice".into()));
+    if dir.join(layout::LIMITS_FILE).exists() {
+        match Slice::open(&dir) {
+            Ok(slice) => {
+                crate::log!(Level::Info, "enforcing slice {}", dir.display());
+                return Some(Gate::new(slice, None));
+            }
+            Err(e) => {
+                crate::log!(
+                    Level::Error,
+                    "slice directory {} is unusable ({e}); memory caps are NOT enforced",
+                    dir.display()
+                );
+                return None;
+            }
+        }
+    } else if explicit.is_some() {
+        crate::log!(
+            Level::Error,
+            "GPUSLICE_SLICE_DIR={} has no slice files; memory caps are NOT enforced",
+            dir.display()
+        );
+    }
+    standalone()
+}
+
+fn standalone() -> Option<Gate> {
+    let (var, text, q) = if let Some(v) = env("GPUSLICE_MEMORY") {
+        let q = gpuslice_region::parse_quantity(&v);
+        ("GPUSLICE_MEMORY", v, q)
+    } else if let Some(v) = env("CUDA_DEVICE_MEMORY_LIMIT") {
+        let q = gpuslice_region::parse_hami_limit(&v);
+        ("CUDA_DEVICE_MEMORY_LIMIT", v, q)
+    } else {
+        let any =
+            (0..MAX_ORDINALS).any(|i| env(&format!("CUDA_DEVICE_MEMORY_LIMIT_{i}")).is_some());
+        if !any {
+            return None;
+        }
+        (
+            "CUDA_DEVICE_MEMORY_LIMIT_<n>",
+            String::new(),
+            Err(String::new()),
+        )
+    };
+    let default = match q {
+        Ok(q) => Some(q),
+        Err(e) if !text.is_empty() => {
+            crate::log!(
+                Level::Error,
+                "{var}={text}: {e}; memory caps are NOT enforced"
+            );
+            return None;
+        }
+        Err(_) => None,
+    };
+    let mut caps = vec![default; MAX_ORDINALS];
+    for (i, c) in caps.iter_mut().enumerate() {
+        if let Some(v) = env(&format!("CUDA_DEVICE_MEMORY_LIMIT_{i}")) {
+            match gpuslice_region::parse_hami_limit(&v) {
+                Ok(q) => *c = Some(q),
+                Err(e) => crate::log!(Level::Error, "CUDA_DEVICE_MEMORY_LIMIT_{i}={v}: {e}"),
+            }
+        }
+    }
+    let id = env("GPUSLICE_STANDALONE_ID").unwrap_or_else(crate::ctor::own_id);
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = PathBuf::from(format!("/dev/shm/gpuslice-{uid}-{id}"));
+    let spec = gpuslice_region::SliceSpec {
+        devices: (0..layout::MAX_DEVICES)
+            .map(|i| gpuslice_region::DeviceSpec {
+                host_index: i as u32,
+                ..Default::default()
+            })
+            .collect(),
+        flags: layout::LIMITS_FLAG_STANDALONE,
+    };
+    let made = std::fs::create_dir(&dir).is_ok();
+    if let Err(e) = gpuslice_region::create_slice(&dir, &spec, false) {
+        crate::log!(
+            Level::Error,
+            "cannot create {}: {e}; memory caps are NOT enforced",
+            dir.display()
+        );
+        return None;
+    }
+    match Slice::open(&dir) {
+        Ok(slice) => {
+            crate::log!(
+                Level::Info,
+                "standalone {var}={text} shared through {}",
+                dir.display()
+            );
+            if made && crate::ctor::is_top(&id) {
+                crate::ctor::remove_at_exit(dir);
+            }
+            Some(Gate::new(slice, Some(caps)))
+        }
+        Err(e) => {
+            crate::log!(
+                Level::Error,
+                "cannot open {}: {e}; memory caps are NOT enforced",
+                dir.display()
+            );
+            None
+        }
+    }
+}
+
+impl Gate {
+    fn new(slice: Slice, standalone: Option<Vec<Option<MemQuantity>>>) -> Gate {
+        // SAFETY: registering plain extern "C" handlers; they only touch atomics.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+            libc::atexit(at_exit);
+        }
+        Gate {
+            slice,
+            standalone,
+            record: AtomicUsize::new(NO_RECORD),
+            record_pid: AtomicU32::new(0),
+            devmap: [const { AtomicU32::new(0) }; MAX_ORDINALS],
+            capcache: [const { AtomicU64::new(0) }; MAX_ORDINALS],
+            allocs: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This process's record, claimed on first use (and again in a forked child).
+    fn me(&self) -> Option<usize> {
+        let r = self.record.load(Acquire);
+        if r != NO_RECORD {
+            return Some(r);
+        }
+        let pid = std::process::id();
+        let start = gpuslice_region::liveness::self_start_time()?;
+        match self.slice.usage.claim(pid, start) {
+            Ok(r) => {
+                self.record_pid.store(pid, Release);
+                self.record.store(r, Release);
+                Some(r)
+            }
+            Err(e) => {
+                crate::log!(Level::Error, "cannot register in the slice: {e}");
+                None
+            }
+        }
+    }
+
+    /// Slice entry of CUDA device `ordinal` (by UUID, else by ordinal).
+    pub fn entry(&self, ordinal: CUdevice) -> Option<usize> {
+        let o = usize::try_from(ordinal)
+            .ok()
+            .filter(|&o| o < MAX_ORDINALS)?;
+        match self.devmap[o].load(Relaxed) {
+            0 => {}
+            u32::MAX => return None,
+            v => return Some(v as usize - 1),
+        }
+        let found = self.lookup_entry(ordinal);
+        self.devmap[o].store(found.map_or(u32::MAX, |e| e as u32 + 1), Relaxed);
+        found
+    }
+
+    fn lookup_entry(&self, ordinal: CUdevice) -> Option<usize> {
+        let n = self.slice.limits.device_count();
+        if self.standalone.is_none() {
+            if let Some(uuid) = crate::cuda::device_uuid(ordinal) {
+                for i in 0..n {
+                    if let Some(d) = self.slice.limits.device(i) {
+                        if !d.uuid.is_empty() && d.uuid.eq_ignore_ascii_case(&uuid) {
+                            return Some(i);
+                        }
+                    }
+                }
+            }
+        }
+        let o = usize::try_from(ordinal).ok()?;
+        (o < n).then_some(o)
+    }
+
+    /// The cap of device `ordinal` / `entry`.
+    pub fn cap(&self, ordinal: CUdevice, entry: usize) -> u64 {
+        self.cap_with(ordinal, entry, None)
+    }
+
+    /// The cap, with the device's total known by the caller (NVML) for percentage caps.
+    pub fn cap_with(&self, ordinal: CUdevice, entry: usize, total: Option<u64>) -> u64 {
+        let Some(sa) = &self.standalone else {
+            return self.slice.limits.memory_cap(entry);
+        };
+        let o = usize::try_from(ordinal).unwrap_or(0).min(MAX_ORDINALS - 1);
+        let c = self.capcache[o].load(Relaxed);
+        if c != 0 {
+            return c;
+        }
+        let cap = match sa.get(o).copied().flatten() {
+            None => UNCAPPED,
+            Some(MemQuantity::Bytes(b)) => b,
+            Some(q) => match total.or_else(|| crate::cuda::real_total(ordinal)) {
+                Some(t) => q.resolve(t),
+                // Unknown device size: do not cache a guess.
+                None => return UNCAPPED,
+            },
+        };
+        self.capcache[o].store(cap.max(1), Relaxed);
+        cap
+    }
+
+    /// Whether this is a standalone region (entries are ordinals, no UUIDs).
+    pub fn is_standalone(&self) -> bool {
+        self.standalone.is_some()
+    }
+
+    /// Slice entry whose UUID is `uuid` (case-insensitive).
+    pub fn entry_by_uuid(&self, uuid: &str) -> Option<usize> {
+        (0..self.slice.limits.device_count()).find(|&i| {
+            self.slice
+                .limits
+                .device(i)
+                .is_some_and(|d| !d.uuid.is_empty() && d.uuid.eq_ignore_ascii_case(uuid))
+        })
+    }
+
+    /// Reserves `bytes` on `entry` of `ordinal`: `Err(OOM)` over the cap, nothing changed.
+    pub fn charge(&self, ordinal: CUdevice, entry: usize, bytes: u64) -> Result<(), CUresult> {
+        let Some(me) = self.me() else {
+            return Ok(()); // cannot account (logged once at claim): degrade to pass-through
+        };
+        let cap = self.cap(ordinal, entry);
+        match self.slice.usage.reserve(me, entry, bytes, cap) {
+            Ok(()) => Ok(()),
+            Err(gpuslice_region::ReserveError::OverCap { used, cap }) => {
+                crate::log!(
+                    Level::Debug,
+                    "refused {bytes} B on device {ordinal}: {used} of {cap} B used"
+                );
+                Err(CUDA_ERROR_OUT_OF_MEMORY)
+            }
+            Err(gpuslice_region::ReserveError::Busy) => {
+                crate::log!(Level::Warn, "slice usage stayed frozen; refusing {bytes} B");
+                Err(CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        }
+    }
+
+    /// Returns `bytes` on `entry`.
+    pub fn uncharge(&self, entry: usize, bytes: u64) {
+        let r = self.record.load(Acquire);
+        if r != NO_RECORD && bytes > 0 {
+            self.slice.usage.release(r, entry, bytes);
+        }
+    }
+
+    /// Bytes the slice holds on `entry`.
+    pub fn used(&self, entry: usize) -> u64 {
+        self.slice.usage.used(entry)
+    }
+
+    /// Remembers a live allocation.
+    pub fn track(&self, key: u64, entry: usize, bytes: u64) {
+        if let Ok(mut m) = self.allocs.lock() {
+            if let Some((e, b)) = m.insert(key, (entry, bytes)) {
+                // The driver reused an address we thought live: return the stale charge.
+                self.uncharge(e, b);
+            }
+        }
+    }
+
+    /// Forgets a live allocation and returns its charge.
+    pub fn untrack(&self, key: u64) -> Option<(usize, u64)> {
+        self.allocs.lock().ok()?.remove(&key)
+    }
+}
+
+extern "C" fn after_fork_child() {
+    if let Some(Some(g)) = STATE.get() {
+        // The child is a new process: it registers its own record on first use. Allocations of
+        // the parent are not usable in the child and stay charged to the parent.
+        g.record.store(NO_RECORD, Relaxed);
+        if let Ok(mut m) = g.allocs.try_lock() {
+            m.clear();
+        }
+        if let Ok(mut m) = g.pools.try_lock() {
+            m.clear();
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    if let Some(Some(g)) = STATE.get() {
+        let r = g.record.load(Acquire);
+        let pid = g.record_pid.load(Acquire);
+        if r != NO_RECORD && pid == std::process::id() {
+            g.slice.usage.unclaim(r, pid);
+            let _ = g.slice.usage.reclaim(r);
+        }
+    }
+}
