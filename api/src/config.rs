@@ -156,11 +156,12 @@ impl Default for Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file named explicitly does not exist or cannot be read.
-    #[error("cannot read config {path}: {source}")]
+    #[error("cannot read config {path}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
+        #[source]
         source: std::io::Error,
     },
     /// Syntax error, wrong type, unknown key.

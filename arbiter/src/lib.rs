@@ -1,11 +1,14 @@
 //! The node arbiter's logic: the device inventory, admission (what fits where, and why not),
 //! placement (bin-pack / spread) and, in the daemon, the control socket and persisted slice
-//! records. Time-slicing is not here yet (issue #4, `docs/scheduling.md`).
+//! records ([`server`], [`store`], [`nvml`]). Time-slicing is not here yet (issue #4, `docs/scheduling.md`).
 
 pub mod admission;
 pub mod fit;
 pub mod inventory;
+pub mod nvml;
 pub mod placement;
+pub mod server;
+pub mod store;
 
 pub use admission::{Admission, AdmitError, Admitted, Change, Updated};
 pub use fit::{Constraint, DeviceRefusal, Load, Policy, Refusal};

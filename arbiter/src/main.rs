@@ -1,7 +1,97 @@
-//! `gpuslice-arbiter`: not built yet. This placeholder refuses to run so nothing pretends to work;
-//! the real binary is tracked in issue #4.
+//! `gpuslice-arbiter`: the node daemon. Runs in the foreground, logs to stderr, serves the control
+//! protocol (`docs/protocol.md`) on `<state-dir>/arbiter.sock` from the admission state, and
+//! persists slices under the state directory so a restart carries on. Time-slicing (compute
+//! shares enforced at kernel launches) is not built yet: shares are admitted and recorded, and the
+//! daemon says at start that they are not enforced.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use gpuslice_api::config::DEFAULT_CONFIG_PATH;
+use gpuslice_api::protocol::SOCKET_NAME;
+use gpuslice_api::Config;
+use gpuslice_arbiter::nvml::NvmlInventory;
+use gpuslice_arbiter::server::{bind, serve, State};
+use gpuslice_arbiter::store::Store;
+use gpuslice_arbiter::{DeviceInventory, Policy};
+
+/// gpuslice node arbiter: admission and placement of GPU slices.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// State directory (slice directories and arbiter.sock) [default: from config, /run/gpuslice]
+    #[arg(long, env = "GPUSLICE_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Configuration file [default: /etc/gpuslice/config.toml; missing means defaults]
+    #[arg(long, env = "GPUSLICE_CONFIG")]
+    config: Option<PathBuf>,
+}
 
 fn main() {
-    eprintln!("gpuslice-arbiter: not implemented yet (tracked in issue #4); refusing to run");
-    std::process::exit(2);
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    if let Err(e) = run(Cli::parse()) {
+        tracing::error!("gpuslice-arbiter: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let (path, explicit) = match &cli.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+    };
+    let mut config = Config::load(&path, explicit)?;
+    if let Some(dir) = cli.state_dir {
+        if !dir.is_absolute() {
+            bail!("--state-dir {}: must be an absolute path", dir.display());
+        }
+        config.state_dir = dir;
+    }
+    if let Some(lib) = std::env::var_os("GPUSLICE_NVML_LIBRARY") {
+        config.nvml_library = Some(PathBuf::from(lib));
+    }
+    let inventory = NvmlInventory::open(config.nvml_library.as_deref())?;
+    let devices = inventory.devices()?;
+    for d in &devices {
+        tracing::info!(
+            "device {}: {} {} ({} MiB)",
+            d.index,
+            d.uuid,
+            d.name,
+            d.memory_total >> 20
+        );
+    }
+    if devices.is_empty() {
+        tracing::warn!("NVML reports no GPU: every admit will be refused");
+    }
+    let store = Store::open(&config.state_dir)
+        .with_context(|| format!("state directory {}", config.state_dir.display()))?;
+    let (state, warnings) = State::open(devices, Policy::from(&config.admission), store)
+        .with_context(|| format!("reading slices in {}", config.state_dir.display()))?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    tracing::info!(
+        "restored {} slice(s) from {}",
+        state.admission().slices().count(),
+        config.state_dir.display()
+    );
+    tracing::warn!(
+        "time-slicing is not implemented yet: compute guarantees and ceilings are admitted and \
+         recorded but not enforced; memory caps are enforced by the interposer"
+    );
+    let sock = config.state_dir.join(SOCKET_NAME);
+    let listener = bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
+    tracing::info!("serving {}", sock.display());
+    serve(listener, Arc::new(Mutex::new(state)))?;
+    Ok(())
 }

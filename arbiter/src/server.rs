@@ -1,0 +1,313 @@
+//! The control socket: binding `arbiter.sock` (mode 0600, peers checked to be root or the
+//! arbiter's own user), reading one JSON request per line, and applying it to the admission state
+//! and the persisted records — memory state and disk change together or not at all.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use gpuslice_api::protocol::MAX_LINE;
+use gpuslice_api::{
+    ErrorCode, Request, RequestEnvelope, Response, ResponseEnvelope, PROTOCOL_VERSION,
+};
+
+use crate::admission::{Admission, Change};
+use crate::fit::Policy;
+use crate::inventory::DeviceInfo;
+use crate::store::Store;
+
+/// The arbiter's state: admission plus the records on disk.
+#[derive(Debug)]
+pub struct State {
+    admission: Admission,
+    store: Store,
+}
+
+fn error(code: ErrorCode, message: impl Into<String>) -> Response {
+    Response::Error {
+        code,
+        message: message.into(),
+    }
+}
+
+impl State {
+    /// Builds the state from the devices and the records in `store`. Returns the state and the
+    /// warnings to log (unreadable records, records for devices that are gone, over-capacity).
+    pub fn open(
+        devices: Vec<DeviceInfo>,
+        policy: Policy,
+        store: Store,
+    ) -> io::Result<(State, Vec<String>)> {
+        let mut admission = Admission::new(devices, policy);
+        let (records, mut warnings) = store.load_all()?;
+        for r in records {
+            let id = r.slice_id.clone();
+            match admission.restore(r) {
+                Ok(w) => warnings.extend(w),
+                Err(e) => warnings.push(format!("slice \"{id}\" not restored: {e}")),
+            }
+        }
+        Ok((State { admission, store }, warnings))
+    }
+
+    /// The admission state.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Applies one request.
+    pub fn handle(&mut self, request: Request) -> Response {
+        match request {
+            Request::Admit {
+                slice_id,
+                request,
+                owner,
+            } => {
+                let mut next = self.admission.clone();
+                match next.admit(&slice_id, request, owner) {
+                    Err(e) => error(e.code(), e.to_string()),
+                    Ok(got) => {
+                        if !got.existing {
+                            let Some(rec) = next.slice(&slice_id) else {
+                                return error(ErrorCode::Internal, "admitted slice vanished");
+                            };
+                            if let Err(e) = self.store.save(rec) {
+                                let _ = self.store.remove(&slice_id);
+                                return error(
+                                    ErrorCode::Internal,
+                                    format!("cannot write the slice record: {e}"),
+                                );
+                            }
+                            self.admission = next;
+                        }
+                        Response::Admitted {
+                            slice_dir: self.store.slice_dir(&slice_id),
+                            slice_id,
+                            devices: got.devices,
+                            existing: got.existing,
+                        }
+                    }
+                }
+            }
+            Request::Release { slice_id } => {
+                if self.admission.slice(&slice_id).is_none() {
+                    return error(ErrorCode::NotFound, format!("no slice \"{slice_id}\""));
+                }
+                if let Err(e) = self.store.remove(&slice_id) {
+                    return error(
+                        ErrorCode::Internal,
+                        format!("cannot remove the slice directory: {e}"),
+                    );
+                }
+                match self.admission.release(&slice_id) {
+                    Ok(_) => Response::Released { slice_id },
+                    Err(e) => error(e.code(), e.to_string()),
+                }
+            }
+            Request::Update {
+                slice_id,
+                memory,
+                compute,
+                compute_limit,
+                priority,
+            } => {
+                let change = Change {
+                    memory,
+                    compute,
+                    compute_limit,
+                    priority,
+                };
+                let mut next = self.admission.clone();
+                // Measured use per device arrives with the NVML sampler / region usage; until
+                // then no below-use warning can be given.
+                let used = Default::default();
+                match next.update(&slice_id, &change, &used) {
+                    Err(e) => error(e.code(), e.to_string()),
+                    Ok(up) => {
+                        let Some(rec) = next.slice(&slice_id) else {
+                            return error(ErrorCode::Internal, "updated slice vanished");
+                        };
+                        if let Err(e) = self.store.save(rec) {
+                            return error(
+                                ErrorCode::Internal,
+                                format!("cannot write the slice record: {e}"),
+                            );
+                        }
+                        self.admission = next;
+                        Response::Updated {
+                            slice_id,
+                            devices: up.devices,
+                            warnings: up.warnings,
+                        }
+                    }
+                }
+            }
+            Request::Status => Response::Status(self.admission.status()),
+        }
+    }
+
+    /// Parses and applies one request line.
+    pub fn handle_line(&mut self, line: &str) -> ResponseEnvelope {
+        // Check the version first so an old client gets `version`, not a parse error.
+        let value: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                return ResponseEnvelope::new(error(
+                    ErrorCode::BadRequest,
+                    format!("not JSON: {e}"),
+                ))
+            }
+        };
+        match value.get("version").and_then(|v| v.as_u64()) {
+            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
+            Some(v) => {
+                return ResponseEnvelope::new(error(
+                    ErrorCode::Version,
+                    format!(
+                        "protocol version {v} is not supported (arbiter speaks {PROTOCOL_VERSION})"
+                    ),
+                ))
+            }
+            None => {
+                return ResponseEnvelope::new(error(ErrorCode::BadRequest, "missing \"version\""))
+            }
+        }
+        match serde_json::from_value::<RequestEnvelope>(value) {
+            Ok(env) => ResponseEnvelope::new(self.handle(env.request)),
+            Err(e) => ResponseEnvelope::new(error(ErrorCode::BadRequest, e.to_string())),
+        }
+    }
+}
+
+/// Binds the control socket at `path` with mode 0600, replacing a stale socket file.
+pub fn bind(path: &Path) -> io::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_dir() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} is a directory", path.display()),
+            ))
+        }
+        Ok(_) => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("another arbiter is serving {}", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
+        }
+        Err(_) => {}
+    }
+    // SAFETY: umask only changes this process's file-creation mask; restored right after bind
+    // so the socket is never reachable with wider permissions.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// The uid of the peer of a connected unix socket.
+pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len` are valid for writes
+    // and `len` holds the size of `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Serves one connection until the peer closes it.
+pub fn serve_connection(stream: UnixStream, state: &Mutex<State>) -> io::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let uid = peer_uid(&stream)?;
+    let mut writer = stream.try_clone()?;
+    if uid != 0 && uid != me {
+        let resp = ResponseEnvelope::new(error(
+            ErrorCode::BadRequest,
+            format!("uid {uid} may not use the arbiter socket (root only)"),
+        ));
+        writeln!(
+            writer,
+            "{}",
+            serde_json::to_string(&resp).map_err(io::Error::other)?
+        )?;
+        return Ok(());
+    }
+    stream.set_read_timeout(Some(Duration::from_secs(300)))?;
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut buf = Vec::new();
+        let n = (&mut reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let resp = if buf.last() != Some(&b'\n') && n >= MAX_LINE {
+            let r = ResponseEnvelope::new(error(
+                ErrorCode::BadRequest,
+                format!("request line longer than {MAX_LINE} bytes"),
+            ));
+            writeln!(
+                writer,
+                "{}",
+                serde_json::to_string(&r).map_err(io::Error::other)?
+            )?;
+            return Ok(());
+        } else {
+            match std::str::from_utf8(&buf) {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .handle_line(line.trim_end()),
+                Err(_) => ResponseEnvelope::new(error(ErrorCode::BadRequest, "not UTF-8")),
+            }
+        };
+        let mut out = serde_json::to_vec(&resp).map_err(io::Error::other)?;
+        out.push(b'\n');
+        writer.write_all(&out)?;
+    }
+}
+
+/// Accepts connections forever, one thread each.
+pub fn serve(listener: UnixListener, state: Arc<Mutex<State>>) -> io::Result<()> {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(s) => {
+                let st = Arc::clone(&state);
+                std::thread::spawn(move || {
+                    if let Err(e) = serve_connection(s, &st) {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("accept failed: {e}"),
+        }
+    }
+    Ok(())
+}
