@@ -22,7 +22,27 @@ extern "C" fn intercept(handle: *mut c_void, name: *const c_char) -> *mut c_void
     let Some(ours) = crate::table::lookup(b) else {
         return std::ptr::null_mut();
     };
-    let (cuda, nvml) = crate::real::known_handles();
+    // Opening is cached after the first time (and only ever finds an already loaded library
+    // when the caller holds a handle of it).
+    let (cuda, nvml) = match crate::real::known_handles() {
+        (c, n)
+            if !handle.is_null() && handle != libc::RTLD_NEXT && (c.is_null() || n.is_null()) =>
+        {
+            (
+                if is_cuda {
+                    crate::real::cuda_handle()
+                } else {
+                    c
+                },
+                if is_nvml {
+                    crate::real::nvml_handle()
+                } else {
+                    n
+                },
+            )
+        }
+        k => k,
+    };
     let special = handle.is_null() || handle == libc::RTLD_NEXT;
     let lib = if is_cuda {
         if special || handle == cuda {

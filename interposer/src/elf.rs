@@ -74,7 +74,7 @@ unsafe extern "C" fn visit(
 }
 
 unsafe fn lookup(info: &libc::dl_phdr_info, name: &[u8]) -> *mut c_void {
-    let base = info.dlpi_addr as u64;
+    let base = info.dlpi_addr;
     let mut dynamic: *const Dyn = std::ptr::null();
     for i in 0..usize::from(info.dlpi_phnum) {
         // SAFETY: dlpi_phdr points to dlpi_phnum program headers.

@@ -26,7 +26,9 @@ pub fn init_dl() {
     }
 }
 
-/// glibc's `dlsym(handle, name)`; null if glibc's could not be found.
+/// glibc's `dlsym(handle, name)`; null if glibc's could not be found. `handle` must be a
+/// handle from `dlopen` or a pseudo-handle (as for dlsym itself).
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
     init_dl();
     let p = REAL_DLSYM.load(Acquire);
@@ -41,6 +43,7 @@ pub fn dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
 }
 
 /// glibc's `dlvsym`.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn dlvsym(handle: *mut c_void, name: &CStr, version: &CStr) -> *mut c_void {
     init_dl();
     let p = REAL_DLVSYM.load(Acquire);

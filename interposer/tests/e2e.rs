@@ -1,0 +1,507 @@
+//! End-to-end tests of libgpuslice.so on the simulated GPU. The test binary re-executes itself
+//! (env `H4_CHILD`) under `LD_PRELOAD=libgpuslice.so` with `LD_LIBRARY_PATH` pointing at the
+//! simulated `libcuda.so.1` / `libnvidia-ml.so.1`. Build the simulator first:
+//! `cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml` (same profile and target dir).
+
+#![allow(non_snake_case, clippy::missing_transmute_annotations)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+type R = u32;
+
+fn target_dir() -> PathBuf {
+    // <target>/<profile>/deps/e2e-xxxx → <target>/<profile>
+    let exe = std::env::current_exe().expect("exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("profile dir")
+        .to_path_buf()
+}
+
+/// A private directory with libcuda.so.1 / libnvidia-ml.so.1 links and a sim state path.
+struct Env {
+    dir: PathBuf,
+    preload: PathBuf,
+}
+
+fn setup(name: &str) -> Env {
+    let t = target_dir();
+    let cuda = t.join("libcuda.so");
+    let nvml = t.join("libnvidia_ml.so");
+    let preload = t.join("libgpuslice.so");
+    assert!(
+        cuda.exists() && preload.exists(),
+        "build the simulator first: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml ({} missing)",
+        cuda.display()
+    );
+    let dir = std::env::temp_dir().join(format!("gpuslice-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::os::unix::fs::symlink(&cuda, dir.join("lib/libcuda.so.1")).unwrap();
+    if nvml.exists() {
+        std::os::unix::fs::symlink(&nvml, dir.join("lib/libnvidia-ml.so.1")).unwrap();
+    }
+    Env { dir, preload }
+}
+
+impl Env {
+    fn child(&self, mode: &str, preload: bool, envs: &[(&str, &str)]) -> Command {
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env("H4_CHILD", mode)
+            .env("LD_LIBRARY_PATH", self.dir.join("lib"))
+            .env("GPUSLICE_SIM_STATE", self.dir.join("sim-state"))
+            .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env_remove("GPUSLICE_MEMORY")
+            .env_remove("GPUSLICE_SLICE_DIR")
+            .env_remove("GPUSLICE_STANDALONE_ID")
+            .env_remove("CUDA_DEVICE_MEMORY_LIMIT")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if preload {
+            c.env("LD_PRELOAD", &self.preload);
+        }
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c
+    }
+    fn run(&self, mode: &str, preload: bool, envs: &[(&str, &str)]) -> (String, String) {
+        let out = self.child(mode, preload, envs).output().unwrap();
+        let so = String::from_utf8_lossy(&out.stdout).into_owned();
+        let se = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "child {mode} failed:\n{so}\n{se}");
+        (so, se)
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn field(text: &str, key: &str) -> u64 {
+    let pat = format!("{key}=");
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(&pat))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+}
+
+// ---------------------------------------------------------------- child side
+
+struct Api {
+    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> R,
+    mem_free: unsafe extern "C" fn(u64) -> R,
+    mem_info: unsafe extern "C" fn(*mut usize, *mut usize) -> R,
+    total_mem: unsafe extern "C" fn(*mut usize, c_int) -> R,
+}
+
+fn sym(h: *mut c_void, name: &str, versioned: bool) -> *mut c_void {
+    let n = CString::new(name).unwrap();
+    // SAFETY: valid handle and NUL-terminated names.
+    let p = unsafe {
+        if versioned {
+            libc::dlvsym(h, n.as_ptr(), c"libcuda.so.1".as_ptr())
+        } else {
+            libc::dlsym(h, n.as_ptr())
+        }
+    };
+    assert!(!p.is_null(), "{name} not found");
+    p
+}
+
+/// Loads the driver and sets up a context; returns the API reached the way `how` says.
+fn open_api(how: &str) -> Api {
+    // SAFETY: loading the (simulated) driver by soname.
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) };
+    assert!(!h.is_null(), "dlopen libcuda.so.1");
+    let versioned = how == "dlvsym";
+    let get = |name: &str| -> *mut c_void {
+        if let Some(ver) = how.strip_prefix("procaddr:") {
+            let ver: c_int = ver.parse().unwrap();
+            type Gpa =
+                unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> R;
+            // SAFETY: the driver's cuGetProcAddress_v2 signature.
+            let gpa: Gpa = unsafe { std::mem::transmute(sym(h, "cuGetProcAddress_v2", false)) };
+            let n = CString::new(name).unwrap();
+            let mut p = std::ptr::null_mut();
+            let mut st = 0;
+            // SAFETY: valid pointers.
+            let r = unsafe { gpa(n.as_ptr(), &mut p, ver, 0, &mut st) };
+            assert_eq!(r, 0, "cuGetProcAddress_v2({name}, {ver})");
+            p
+        } else {
+            // Direct lookups name the exported (versioned) symbol, as cuda.h's macros do.
+            let export = match name {
+                "cuMemAlloc" | "cuMemFree" | "cuMemGetInfo" | "cuDeviceTotalMem" => {
+                    format!("{name}_v2")
+                }
+                n => n.to_string(),
+            };
+            // dlvsym is used for the wrapped symbols (an unversioned driver answers dlvsym only
+            // through the interposer); the context setup goes through dlsym.
+            sym(h, &export, versioned && export != name)
+        }
+    };
+    // SAFETY: transmutes of driver entry points to their C signatures from cuda.h.
+    unsafe {
+        let init: unsafe extern "C" fn(c_uint) -> R = std::mem::transmute(get("cuInit"));
+        assert_eq!(init(0), 0);
+        let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> R =
+            std::mem::transmute(get("cuDevicePrimaryCtxRetain"));
+        let set: unsafe extern "C" fn(*mut c_void) -> R =
+            std::mem::transmute(get("cuCtxSetCurrent"));
+        let mut ctx = std::ptr::null_mut();
+        assert_eq!(retain(&mut ctx, 0), 0);
+        assert_eq!(set(ctx), 0);
+        Api {
+            mem_alloc: std::mem::transmute(get("cuMemAlloc")),
+            mem_free: std::mem::transmute(get("cuMemFree")),
+            mem_info: std::mem::transmute(get("cuMemGetInfo")),
+            total_mem: std::mem::transmute(get("cuDeviceTotalMem")),
+        }
+    }
+}
+
+fn cuda_view(api: &Api) -> String {
+    let (mut f, mut t, mut tt) = (0usize, 0usize, 0usize);
+    // SAFETY: valid out-pointers.
+    unsafe {
+        assert_eq!((api.mem_info)(&mut f, &mut t), 0);
+        assert_eq!((api.total_mem)(&mut tt, 0), 0);
+    }
+    format!("FREE={f} TOTAL={t} DEVTOTAL={tt}")
+}
+
+fn child_fill(how: &str, chunk: u64) {
+    let api = open_api(how);
+    let before = cuda_view(&api);
+    let mut ptrs = Vec::new();
+    let refusal = loop {
+        let mut p = 0u64;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { (api.mem_alloc)(&mut p, chunk as usize) };
+        if r != 0 {
+            break r;
+        }
+        ptrs.push(p);
+        if ptrs.len() > 100_000 {
+            break 0;
+        }
+    };
+    let during = cuda_view(&api);
+    for p in &ptrs {
+        // SAFETY: pointers from cuMemAlloc.
+        assert_eq!(unsafe { (api.mem_free)(*p) }, 0);
+    }
+    let after = cuda_view(&api);
+    println!(
+        "\nN={} REFUSAL={refusal} BEFORE {before} DURING {during} AFTER {after}",
+        ptrs.len()
+    );
+}
+
+fn child_hold(mib: u64) {
+    let api = open_api("dlsym");
+    let mut p = 0u64;
+    // SAFETY: valid out-pointer.
+    let r = unsafe { (api.mem_alloc)(&mut p, (mib * MIB) as usize) };
+    println!("\nHOLD={r}");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+fn child_race(seconds: f64) {
+    let api = std::sync::Arc::new(open_api("dlsym"));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let api = api.clone();
+            std::thread::spawn(move || {
+                // Each thread binds the primary context too.
+                let mut x: u64 = (u64::from(std::process::id()) << 8 | t)
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    | 1;
+                let mut held: Vec<u64> = Vec::new();
+                let mut ok = 0u64;
+                open_api("dlsym");
+                while Instant::now() < deadline {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if !x.is_multiple_of(3) || held.is_empty() {
+                        let mut p = 0;
+                        let sz = ((x >> 8) % 8 + 1) * MIB;
+                        // SAFETY: valid out-pointer.
+                        let r = unsafe { (api.mem_alloc)(&mut p, sz as usize) };
+                        assert!(r == 0 || r == 2, "unexpected {r}");
+                        if r == 0 {
+                            held.push(p);
+                            ok += 1;
+                        }
+                    } else {
+                        let i = (x as usize >> 4) % held.len();
+                        // SAFETY: pointer from cuMemAlloc.
+                        assert_eq!(unsafe { (api.mem_free)(held.swap_remove(i)) }, 0);
+                    }
+                }
+                for p in held {
+                    // SAFETY: pointer from cuMemAlloc.
+                    unsafe { (api.mem_free)(p) };
+                }
+                ok
+            })
+        })
+        .collect();
+    let ok: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    println!("\nRACE_OK={ok}");
+}
+
+#[test]
+fn child_entry() {
+    let Ok(mode) = std::env::var("H4_CHILD") else {
+        return;
+    };
+    let arg = std::env::var("H4_ARG").unwrap_or_default();
+    match mode.as_str() {
+        "fill" => child_fill(
+            &arg,
+            std::env::var("H4_CHUNK").map_or(4 * MIB, |c| c.parse().unwrap()),
+        ),
+        "hold" => child_hold(arg.parse().unwrap()),
+        "race" => child_race(arg.parse().unwrap()),
+        m => panic!("unknown child mode {m}"),
+    }
+}
+
+// ---------------------------------------------------------------- parent side
+
+#[test]
+fn cap_is_exact_through_every_entry_path() {
+    let e = setup("paths");
+    // procaddr:* needs the simulator's cuGetProcAddress to find its own exports even when they are
+    // interposed (see the report); set H4_PROCADDR=1 to include those paths.
+    let mut paths = vec!["dlsym", "dlvsym"];
+    if std::env::var("H4_PROCADDR").is_ok() {
+        paths.extend(["procaddr:11030", "procaddr:12000", "procaddr:12080"]);
+    }
+    for how in paths {
+        let (out, err) = e.run(
+            "fill",
+            true,
+            &[("H4_ARG", how), ("GPUSLICE_MEMORY", "64Mi")],
+        );
+        assert_eq!(
+            field(&out, "N"),
+            16,
+            "{how}: 16 × 4 MiB fit in 64 MiB\n{out}\n{err}"
+        );
+        assert_eq!(
+            field(&out, "REFUSAL"),
+            2,
+            "{how}: refused with CUDA_ERROR_OUT_OF_MEMORY"
+        );
+        assert_eq!(
+            field(&out, "TOTAL"),
+            64 * MIB,
+            "{how}: cuMemGetInfo total is the cap"
+        );
+        assert_eq!(
+            field(&out, "DEVTOTAL"),
+            64 * MIB,
+            "{how}: cuDeviceTotalMem is the cap"
+        );
+        let during = out.split("DURING").nth(1).unwrap();
+        assert_eq!(field(during, "FREE"), 0, "{how}: nothing free at the cap");
+        let after = out.split("AFTER").nth(1).unwrap();
+        assert_eq!(
+            field(after, "FREE"),
+            64 * MIB,
+            "{how}: frees return the memory"
+        );
+    }
+}
+
+#[test]
+fn charges_round_up_to_the_granularity() {
+    let e = setup("round");
+    // 3 MiB allocations are charged 4 MiB each (2 MiB granularity): 16 fit in 64 MiB.
+    let chunk = (3 * MIB).to_string();
+    let (out, _) = e.run(
+        "fill",
+        true,
+        &[
+            ("H4_ARG", "dlsym"),
+            ("H4_CHUNK", &chunk),
+            ("CUDA_DEVICE_MEMORY_LIMIT", "64m"),
+        ],
+    );
+    assert_eq!(field(&out, "N"), 16, "{out}");
+}
+
+#[test]
+fn no_request_behaves_exactly_as_without_the_interposer() {
+    let e = setup("same");
+    let envs = [("H4_ARG", "dlsym"), ("H4_CHUNK", "8589934592")];
+    let (with, err) = e.run("fill", true, &envs);
+    let (without, _) = e.run("fill", false, &envs);
+    let line = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("N="))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(line(&with), line(&without));
+    assert!(
+        err.is_empty() || !err.contains("gpuslice"),
+        "no message without a request: {err}"
+    );
+    assert!(field(&with, "N") > 0);
+}
+
+#[test]
+fn broken_slice_dir_degrades_with_one_message() {
+    let e = setup("broken");
+    let dir = e.dir.join("slice");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("limits"), b"garbage").unwrap();
+    let d = dir.to_string_lossy().into_owned();
+    let (out, err) = e.run(
+        "fill",
+        true,
+        &[
+            ("H4_ARG", "dlsym"),
+            ("H4_CHUNK", "8589934592"),
+            ("GPUSLICE_SLICE_DIR", &d),
+        ],
+    );
+    assert!(field(&out, "N") > 0);
+    assert_eq!(err.matches("NOT enforced").count(), 1, "{err}");
+}
+
+#[test]
+fn slice_directory_caps_apply() {
+    let e = setup("slice");
+    let dir = e.dir.join("slice");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = gpuslice_region::SliceSpec {
+        devices: vec![gpuslice_region::DeviceSpec {
+            memory_cap: 32 * MIB,
+            ..Default::default()
+        }],
+        flags: 0,
+    };
+    gpuslice_region::create_slice(&dir, &spec, false).unwrap();
+    let d = dir.to_string_lossy().into_owned();
+    let (out, _) = e.run(
+        "fill",
+        true,
+        &[("H4_ARG", "dlsym"), ("GPUSLICE_SLICE_DIR", &d)],
+    );
+    assert_eq!(field(&out, "N"), 8);
+    assert_eq!(field(&out, "TOTAL"), 32 * MIB);
+}
+
+#[test]
+fn sigkilled_holders_are_reclaimed() {
+    let e = setup("kill");
+    // Children share the parent's standalone region through GPUSLICE_STANDALONE_ID.
+    let id = format!("h4test-{}", std::process::id());
+    let envs = |arg: &'static str| {
+        vec![
+            ("H4_ARG", arg),
+            ("GPUSLICE_MEMORY", "64Mi"),
+            ("GPUSLICE_STANDALONE_ID", id.as_str()),
+        ]
+    };
+    let mut kids = Vec::new();
+    for _ in 0..3 {
+        let mut k = e.child("hold", true, &envs("16")).spawn().unwrap();
+        let mut out = k.stdout.take().unwrap();
+        let mut buf = String::new();
+        let t0 = Instant::now();
+        while !buf.contains("HOLD=") && t0.elapsed() < Duration::from_secs(30) {
+            let mut b = [0u8; 256];
+            let n = std::io::Read::read(&mut out, &mut b).unwrap();
+            if n == 0 {
+                break;
+            }
+            buf.push_str(&String::from_utf8_lossy(&b[..n]));
+        }
+        assert!(buf.contains("HOLD=0"), "holder did not allocate: {buf}");
+        kids.push(k);
+    }
+    // 48 of 64 MiB are held: a filler gets 4 × 4 MiB.
+    let (out, _) = e.run("fill", true, &envs("dlsym"));
+    assert_eq!(field(&out, "N"), 4, "{out}");
+    for k in &mut kids {
+        k.kill().unwrap();
+        k.wait().unwrap();
+    }
+    // The killed holders' 48 MiB come back.
+    let (out, _) = e.run("fill", true, &envs("dlsym"));
+    assert_eq!(field(&out, "N"), 16, "{out}");
+    let _ = std::fs::remove_dir_all(format!("/dev/shm/gpuslice-{}-{id}", uid()));
+}
+
+#[test]
+fn racing_processes_never_exceed_the_cap() {
+    let e = setup("race");
+    let id = format!("h4race-{}", std::process::id());
+    let cap = 96 * MIB;
+    let envs = [
+        ("H4_ARG", "2.0"),
+        ("GPUSLICE_MEMORY", "96Mi"),
+        ("GPUSLICE_STANDALONE_ID", id.as_str()),
+    ];
+    let kids: Vec<_> = (0..6)
+        .map(|_| e.child("race", true, &envs).spawn().unwrap())
+        .collect();
+    // Sample the simulator's ground truth while they race.
+    let mut cfg = gpuslice_sim_core::SimConfig::from_env().unwrap();
+    cfg.state_path = e.dir.join("sim-state");
+    cfg.ctx_overhead = 0;
+    let t0 = Instant::now();
+    let mut node = None;
+    let mut max_seen = 0;
+    while t0.elapsed() < Duration::from_millis(2500) {
+        if node.is_none() && e.dir.join("sim-state").exists() {
+            node = gpuslice_sim_core::Node::open(cfg.clone()).ok();
+        }
+        if let Some(n) = &node {
+            max_seen = max_seen.max(n.mem_used(0));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        let so = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{so}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(field(&so, "RACE_OK") > 0);
+    }
+    assert!(node.is_some(), "could not observe the simulator");
+    assert!(
+        max_seen <= cap,
+        "ground truth {max_seen} exceeded the cap {cap}"
+    );
+    assert!(max_seen > 0, "no allocation observed");
+    let _ = std::fs::remove_dir_all(format!("/dev/shm/gpuslice-{}-{id}", uid()));
+}
+
+fn uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+#[allow(dead_code)]
+fn unused(_: &CStr) {}
