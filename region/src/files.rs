@@ -282,6 +282,14 @@ impl Lease {
     pub fn word(&self, dev: usize) -> Option<LeaseWord<'_>> {
         self.map.get().devices.get(dev).map(|s| LeaseWord(&s.word))
     }
+    /// The current grant id of device `dev` (0 beyond the file's slots).
+    pub fn grant(&self, dev: usize) -> u32 {
+        self.map
+            .get()
+            .devices
+            .get(dev)
+            .map_or(0, |s| s.grant.load(Acquire))
+    }
 }
 
 /// The arbiter's writable view of `lease`.
@@ -301,6 +309,33 @@ impl LeaseWriter {
     pub fn word(&self, dev: usize) -> Option<&AtomicU32> {
         self.map.get().devices.get(dev).map(|s| &s.word)
     }
+    /// The grant id of device `dev` (`LeaseSlot::grant`).
+    pub fn grant(&self, dev: usize) -> Option<&AtomicU32> {
+        self.map.get().devices.get(dev).map(|s| &s.grant)
+    }
+}
+
+/// The launch gate's words in `usage` for one device (tenant side, writable mapping only).
+#[derive(Clone, Copy, Debug)]
+pub struct GateWords<'a> {
+    /// Threads waiting at the gate (futex word the arbiter waits on).
+    pub demand: &'a AtomicU32,
+    /// Lease word of the last launch.
+    pub seen: &'a AtomicU32,
+    /// `(grant << 32) | processes` with undrained work.
+    pub pending: &'a AtomicU64,
+}
+
+/// A copy of one device's scheduler words from `usage`, as the arbiter reads them. Hostile:
+/// any value may be anything; the scheduler only uses them for this slice's own decisions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedSample {
+    /// Threads waiting at the gate (claimed).
+    pub demand: u32,
+    /// Lease word of the last launch.
+    pub seen: u32,
+    /// `(grant << 32) | processes` with undrained work.
+    pub pending: u64,
 }
 
 /// One live process as read (and clamped) from `usage`.
@@ -446,6 +481,43 @@ impl Usage {
             return Ok(0);
         }
         protocol::reclaim(self, &self.env, rec.min(MAX_PROCS - 1))
+    }
+
+    /// The launch gate's words of device `dev` (`None` on a read-only mapping or beyond
+    /// [`MAX_DEVICES`]).
+    pub fn gate_words(&self, dev: usize) -> Option<GateWords<'_>> {
+        if !self.map.writable() {
+            return None;
+        }
+        self.map.get().devices.get(dev).map(|d| GateWords {
+            demand: &d.demand,
+            seen: &d.seen,
+            pending: &d.pending,
+        })
+    }
+
+    /// Loads the scheduler words of device `dev` (zero beyond [`MAX_DEVICES`]).
+    pub fn sched_sample(&self, dev: usize) -> SchedSample {
+        self.map
+            .get()
+            .devices
+            .get(dev)
+            .map_or(SchedSample::default(), |d| SchedSample {
+                demand: d.demand.load(Acquire),
+                seen: d.seen.load(Acquire),
+                pending: d.pending.load(Acquire),
+            })
+    }
+
+    /// Addresses of device `dev`'s `demand` word and of the low (count) half of `pending`, for
+    /// `futex` waits (little-endian: the low half is the first four bytes).
+    pub fn sched_futexes(&self, dev: usize) -> Option<(*const u32, *const u32)> {
+        self.map.get().devices.get(dev).map(|d| {
+            (
+                d.demand.as_ptr().cast_const(),
+                d.pending.as_ptr().cast::<u32>().cast_const(),
+            )
+        })
     }
 
     /// Bytes the slice holds on `dev` (0 beyond the slice's devices).

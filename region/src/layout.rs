@@ -143,8 +143,9 @@ pub struct LeaseFile {
 pub struct LeaseSlot {
     /// The futex word: `LEASE_*` flag bits and a generation counter.
     pub word: AtomicU32,
-    /// Reserved for the arbiter's scheduler (quantum, deadlines), zero.
-    pub reserved0: AtomicU32,
+    /// Grant id (scheduler): changes on every grant, stays the same while a lease is renewed.
+    /// Processes register pending work under it (`DeviceUsage::pending`). 0 = never granted.
+    pub grant: AtomicU32,
     /// Reserved, zero.
     pub reserved: [AtomicU64; 7],
 }
@@ -174,10 +175,15 @@ pub struct DeviceUsage {
     pub total: AtomicU64,
     /// Futex word for the launch gate (issue 4): number of threads waiting for the lease.
     pub demand: AtomicU32,
+    /// Scheduler: the lease word under which the slice last launched (activity signal; stored
+    /// by a launch only when it differs, so at most once per lease renewal per process).
+    pub seen: AtomicU32,
+    /// Scheduler: work not yet drained, `(grant << 32) | processes`. A process adds itself on
+    /// its first launch under a grant and removes itself once the work it queued under that
+    /// grant has completed after a revoke. The low half is the arbiter's futex word.
+    pub pending: AtomicU64,
     /// Reserved, zero.
-    pub reserved0: AtomicU32,
-    /// Reserved, zero.
-    pub reserved: [AtomicU64; 6],
+    pub reserved: [AtomicU64; 5],
 }
 
 /// `ProcRecord::state` low byte values.

@@ -19,8 +19,8 @@ pub mod quantity;
 
 pub use error::RegionError;
 pub use files::{
-    create_slice, DeviceSpec, Lease, LeaseWord, LeaseWriter, Limits, LimitsWriter, ProcessUsage,
-    Slice, SliceSpec, Usage, UsageSnapshot,
+    create_slice, DeviceSpec, GateWords, Lease, LeaseWord, LeaseWriter, Limits, LimitsWriter,
+    ProcessUsage, SchedSample, Slice, SliceSpec, Usage, UsageSnapshot,
 };
 pub use layout::{MAX_DEVICES, MAX_PROCS, UNCAPPED};
 pub use protocol::{Liveness, RecomputeError, ReserveError};
