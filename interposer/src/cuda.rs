@@ -6,7 +6,6 @@
 #![allow(non_snake_case)]
 
 use crate::guard;
-use crate::real;
 use crate::state::{gate, Gate, GRANULARITY};
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::procaddr::{resolve, CUdriverProcAddressQueryResult};
@@ -17,12 +16,12 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 type R = CUresult;
 
-fn round(bytes: u64) -> u64 {
+pub(crate) fn round(bytes: u64) -> u64 {
     bytes.div_ceil(GRANULARITY).saturating_mul(GRANULARITY)
 }
 
 /// Ordinal of the current context's device.
-fn current_device() -> Option<CUdevice> {
+pub(crate) fn current_device() -> Option<CUdevice> {
     let f = real!(cuda_sym cuCtxGetDevice: fn(*mut CUdevice) -> R)?;
     let mut d: CUdevice = -1;
     // SAFETY: real cuCtxGetDevice writes one CUdevice to a valid pointer.
@@ -65,13 +64,13 @@ pub fn real_total(ordinal: CUdevice) -> Option<u64> {
 }
 
 /// Context for one gated call: the gate and the current device's slice entry.
-struct Site {
-    gate: &'static Gate,
-    ordinal: CUdevice,
-    entry: usize,
+pub(crate) struct Site {
+    pub(crate) gate: &'static Gate,
+    pub(crate) ordinal: CUdevice,
+    pub(crate) entry: usize,
 }
 
-fn site() -> Option<Site> {
+pub(crate) fn site() -> Option<Site> {
     let gate = gate()?;
     let ordinal = current_device()?;
     let entry = gate.entry(ordinal)?;
@@ -84,7 +83,7 @@ fn site() -> Option<Site> {
 
 /// Reserve-then-allocate: charges `round(size)`, runs `alloc`, keeps the charge under the
 /// returned key on success and returns it otherwise.
-fn gated(size: u64, alloc: impl FnOnce() -> (R, Option<u64>)) -> R {
+pub(crate) fn gated(size: u64, alloc: impl FnOnce() -> (R, Option<u64>)) -> R {
     let Some(_g) = guard::enter() else {
         return alloc().0;
     };
@@ -94,7 +93,7 @@ fn gated(size: u64, alloc: impl FnOnce() -> (R, Option<u64>)) -> R {
     let bytes = round(size);
     if let Err(e) = s.gate.charge(s.ordinal, s.entry, bytes) {
         // Stream-ordered pools may hold memory the app already freed: give it back and retry.
-        if !sync_pools(s.gate) || s.gate.charge(s.ordinal, s.entry, bytes).is_err() {
+        if !crate::pool::sync_pools(s.gate) || s.gate.charge(s.ordinal, s.entry, bytes).is_err() {
             return e;
         }
     }
@@ -107,27 +106,18 @@ fn gated(size: u64, alloc: impl FnOnce() -> (R, Option<u64>)) -> R {
 }
 
 /// Free-then-uncharge (never below the driver's truth).
-fn freed(key: u64, free: impl FnOnce() -> R) -> R {
+pub(crate) fn freed(key: u64, free: impl FnOnce() -> R) -> R {
     let r = free();
     if r == CUDA_SUCCESS {
         if let Some(g) = gate() {
             if let Some((e, b)) = g.untrack(key) {
                 g.uncharge(e, b);
+            } else {
+                crate::graph::free_now(g, key);
             }
         }
     }
     r
-}
-
-macro_rules! call {
-    ($name:ident : fn($($t:ty),*) -> R; $($arg:expr),*) => {
-        match real!(cuda_sym $name: fn($($t),*) -> R) {
-            // SAFETY: forwarding the caller's arguments unchanged to the real entry point of
-            // the same name and C signature.
-            Some(f) => unsafe { f($($arg),*) },
-            None => CUDA_ERROR_NOT_INITIALIZED,
-        }
-    };
 }
 
 /// `cuMemAlloc_v2`.
@@ -305,7 +295,7 @@ fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64
     if cap == UNCAPPED {
         return None;
     }
-    sync_pools(g);
+    crate::pool::sync_pools(g);
     let total = cap.min(real_total);
     let free = total.saturating_sub(g.used(entry)).min(real_free);
     Some((free, total))
@@ -408,192 +398,6 @@ pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> 
     r
 }
 
-// ---- stream-ordered allocation: account what pools reserve ----
-
-fn pool_reserved(pool: CUmemoryPool) -> Option<u64> {
-    let f = real!(cuda_sym cuMemPoolGetAttribute: fn(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> R)?;
-    let mut v: u64 = 0;
-    // SAFETY: RESERVED_MEM_CURRENT is a cuuint64_t out-value.
-    let r = unsafe {
-        f(
-            pool,
-            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-            (&mut v as *mut u64).cast(),
-        )
-    };
-    (r == CUDA_SUCCESS).then_some(v)
-}
-
-fn current_pool(ordinal: CUdevice) -> Option<CUmemoryPool> {
-    let f = real!(cuda_sym cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> R)?;
-    let mut p: CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: writes one handle.
-    (unsafe { f(&mut p, ordinal) } == CUDA_SUCCESS && !p.is_null()).then_some(p)
-}
-
-/// Brings every known pool's charge to its current reserved size. Returns whether any charge
-/// went down.
-fn sync_pools(g: &Gate) -> bool {
-    let Ok(mut pools) = g.pools.lock() else {
-        return false;
-    };
-    let mut lowered = false;
-    for (&p, (entry, charged)) in pools.iter_mut() {
-        if let Some(now) = pool_reserved(p as CUmemoryPool) {
-            if now < *charged {
-                g.uncharge(*entry, *charged - now);
-                *charged = now;
-                lowered = true;
-            }
-        }
-    }
-    lowered
-}
-
-/// Pool allocation: pre-charges `round(size)` (a pool grows by at most the missing amount
-/// rounded to the granularity), runs it, then sets the pool's charge to what it reserves now.
-fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) -> R {
-    let Some(_g) = guard::enter() else {
-        return alloc();
-    };
-    let Some(s) = site().filter(|_| size > 0) else {
-        return alloc();
-    };
-    let Some(pool) = pool.or_else(|| current_pool(s.ordinal)) else {
-        return alloc();
-    };
-    let pre = round(size);
-    if s.gate.charge(s.ordinal, s.entry, pre).is_err()
-        && (!sync_pools(s.gate) || s.gate.charge(s.ordinal, s.entry, pre).is_err())
-    {
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    let Ok(mut pools) = s.gate.pools.lock() else {
-        s.gate.uncharge(s.entry, pre);
-        return alloc();
-    };
-    let r = alloc();
-    let slot = pools.entry(pool as usize).or_insert((s.entry, 0));
-    let now = pool_reserved(pool).unwrap_or(slot.1);
-    // `pre` is held in addition to the pool's previous charge; settle to `now`.
-    let held = slot.1 + pre;
-    if now > held {
-        if s.gate.charge(s.ordinal, s.entry, now - held).is_err() {
-            crate::log!(
-                crate::log::Level::Warn,
-                "pool grew {} B beyond its reservation",
-                now - held
-            );
-        }
-    } else {
-        s.gate.uncharge(s.entry, held - now);
-    }
-    slot.1 = now;
-    r
-}
-
-/// `cuMemAllocAsync`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
-        None,
-        bytesize as u64,
-        || call!(cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream) -> R; dptr, bytesize, stream),
-    )
-}
-
-/// `cuMemAllocAsync_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
-        None,
-        bytesize as u64,
-        || call!(cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> R; dptr, bytesize, stream),
-    )
-}
-
-/// `cuMemAllocFromPoolAsync`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
-        Some(pool).filter(|p| !p.is_null()),
-        bytesize as u64,
-        || call!(cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> R; dptr, bytesize, pool, stream),
-    )
-}
-
-/// `cuMemAllocFromPoolAsync_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
-        Some(pool).filter(|p| !p.is_null()),
-        bytesize as u64,
-        || call!(cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> R; dptr, bytesize, pool, stream),
-    )
-}
-
-/// `cuMemPoolTrimTo`: after trimming, pool charges follow the reserved sizes down.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
-    let r = call!(cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> R; pool, keep);
-    if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
-        sync_pools(g);
-    }
-    r
-}
-
-/// `cuMemPoolDestroy`: the pool's memory goes back to the device.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> R {
-    let r = call!(cuMemPoolDestroy: fn(CUmemoryPool) -> R; pool);
-    if r == CUDA_SUCCESS {
-        if let Some(g) = gate() {
-            if let Ok(mut pools) = g.pools.lock() {
-                if let Some((e, c)) = pools.remove(&(pool as usize)) {
-                    g.uncharge(e, c);
-                }
-            }
-        }
-    }
-    r
-}
-
 // ---- VMM: physical memory is counted once, at cuMemCreate ----
 
 /// `cuMemCreate`: charged `round(size)` on `prop.location` (a device ordinal).
@@ -625,7 +429,7 @@ pub unsafe extern "C" fn cuMemCreate(
     };
     let bytes = round(size as u64);
     if g.charge(loc.id, entry, bytes).is_err()
-        && (!sync_pools(g) || g.charge(loc.id, entry, bytes).is_err())
+        && (!crate::pool::sync_pools(g) || g.charge(loc.id, entry, bytes).is_err())
     {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -650,52 +454,6 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> R
         handle | (1 << 63),
         || call!(cuMemRelease: fn(CUmemGenericAllocationHandle) -> R; handle),
     )
-}
-
-// ---- launches: pass-through (issue 4 adds the lease gate here) ----
-
-/// `cuLaunchKernel`: one cached pointer load, then the driver.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernel(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> R {
-    call!(cuLaunchKernel: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> R;
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)
-}
-
-/// `cuLaunchKernel_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> R {
-    call!(cuLaunchKernel_ptsz: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> R;
-        f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)
 }
 
 // ---- cuGetProcAddress ----

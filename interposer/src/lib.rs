@@ -6,15 +6,22 @@
 //!
 //! Modules: `ctor` (the only load-time work), `real` / `elf` (finding the real functions),
 //! `dl` (dlsym/dlvsym), `table` (name → wrapper), `state` (lazy mode, caps, usage record),
-//! `cuda` / `nvml` (the wrappers), `guard` (re-entrancy), `log`.
+//! `cuda` / `pool` / `array` / `graph` / `nvml` (the memory wrappers and totals), `launch` (launch
+//! entry points) calling `gate` (the issue-4 launch gate), `guard` (re-entrancy), `log`.
 
+#[macro_use]
+pub mod real;
+pub mod array;
 pub mod ctor;
 pub mod cuda;
 pub mod dl;
 pub mod elf;
+mod gate;
+pub mod graph;
 pub mod guard;
+pub mod launch;
 pub mod log;
 pub mod nvml;
-pub mod real;
+pub mod pool;
 pub mod state;
 pub mod table;

@@ -133,3 +133,16 @@ macro_rules! real {
         }
     }};
 }
+
+/// `call!(cuMemFree_v2: fn(CUdeviceptr) -> R; dptr)`: calls the real driver function of that
+/// name with the caller's arguments (`CUDA_ERROR_NOT_INITIALIZED` when the driver lacks it).
+macro_rules! call {
+    ($name:ident : fn($($t:ty),*) -> R; $($arg:expr),*) => {
+        match $crate::real!(cuda_sym $name: fn($($t),*) -> gpuslice_cuda_abi::result::CUresult) {
+            // SAFETY: forwarding the caller's arguments unchanged to the real entry point of
+            // the same name and C signature.
+            Some(f) => unsafe { f($($arg),*) },
+            None => gpuslice_cuda_abi::result::CUDA_ERROR_NOT_INITIALIZED,
+        }
+    };
+}

@@ -30,8 +30,21 @@ pub struct Gate {
     capcache: [AtomicU64; MAX_ORDINALS],
     /// Live allocations: address/handle → (entry, charged bytes).
     pub allocs: Mutex<HashMap<u64, (usize, u64)>>,
-    /// Pools: handle → (entry, charged bytes = last seen reserved size).
-    pub pools: Mutex<HashMap<usize, (usize, u64)>>,
+    /// Pools: handle → what we charge for it (its last seen reserved size).
+    pub pools: Mutex<HashMap<usize, PoolCharge>>,
+    /// Graph memory (allocation nodes, launches, frees): see `crate::graph`.
+    pub graphs: Mutex<crate::graph::Graphs>,
+}
+
+/// What a memory pool is charged: its device and last seen reserved size.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolCharge {
+    /// Slice entry of the pool's device.
+    pub entry: usize,
+    /// CUDA ordinal of the pool's device.
+    pub ordinal: CUdevice,
+    /// Bytes charged (= `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` when last seen).
+    pub charged: u64,
 }
 
 static STATE: OnceLock<Option<Gate>> = OnceLock::new();
@@ -173,6 +186,7 @@ impl Gate {
             capcache: [const { AtomicU64::new(0) }; MAX_ORDINALS],
             allocs: Mutex::new(HashMap::new()),
             pools: Mutex::new(HashMap::new()),
+            graphs: Mutex::new(crate::graph::Graphs::default()),
         }
     }
 
@@ -333,6 +347,9 @@ extern "C" fn after_fork_child() {
         }
         if let Ok(mut m) = g.pools.try_lock() {
             m.clear();
+        }
+        if let Ok(mut m) = g.graphs.try_lock() {
+            *m = crate::graph::Graphs::default();
         }
     }
 }

@@ -1,0 +1,567 @@
+//! Graph memory nodes. `cuGraphAddMemAllocNode` (and `cuGraphAddNode` with a memory-allocation
+//! node) fixes an address and a size; the memory exists from a launch of an executable graph
+//! holding the node until a free node (or `cuMemFree` / `cuMemFreeAsync`) releases it. We record
+//! each allocation node by address, copy a graph's allocation / free nodes into each executable
+//! graph at instantiation, charge the allocations **before** `cuGraphLaunch` (reserve-then-
+//! launch: over the cap the launch returns `CUDA_ERROR_OUT_OF_MEMORY` and nothing runs), and
+//! return them in stream order after the free nodes ran (a host function enqueued behind the
+//! graph). A relaunch with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH` reuses the live
+//! allocation's charge.
+//!
+//! Real drivers keep freed graph memory cached for reuse until `cuDeviceGraphMemTrim`; where the
+//! driver reports `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`, freed bytes stay charged as the
+//! device's graph *cache* until the driver's reserved size says they were released.
+
+#![allow(non_snake_case)]
+
+use crate::cuda::round;
+use crate::guard;
+use crate::state::{gate, Gate};
+use gpuslice_cuda_abi::exec::*;
+use gpuslice_cuda_abi::memory::*;
+use gpuslice_cuda_abi::result::*;
+use gpuslice_cuda_abi::types::*;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+
+type R = CUresult;
+
+const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: u32 = 2;
+
+/// One graph allocation (by address).
+#[derive(Clone, Copy, Debug)]
+struct Alloc {
+    entry: usize,
+    ordinal: CUdevice,
+    bytes: u64,
+    live: bool,
+    gen: u64,
+}
+
+/// Allocation and free nodes of a graph.
+#[derive(Clone, Debug, Default)]
+struct Nodes {
+    allocs: Vec<u64>,
+    frees: Vec<u64>,
+}
+
+/// Graph-memory bookkeeping of this process.
+#[derive(Debug, Default)]
+pub struct Graphs {
+    allocs: HashMap<u64, Alloc>,
+    graphs: HashMap<usize, Nodes>,
+    execs: HashMap<usize, (Nodes, bool)>,
+    /// Per ordinal: (entry, bytes charged for memory the driver caches for graphs).
+    cache: HashMap<CUdevice, (usize, u64)>,
+}
+
+fn reserved_by_driver(ordinal: CUdevice) -> Option<u64> {
+    let f =
+        crate::real!(cuda_sym cuDeviceGetGraphMemAttribute: fn(CUdevice, u32, *mut c_void) -> R)?;
+    let mut v: u64 = 0;
+    // SAFETY: RESERVED_MEM_CURRENT is a cuuint64_t out-value.
+    let r = unsafe {
+        f(
+            ordinal,
+            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
+            (&mut v as *mut u64).cast(),
+        )
+    };
+    (r == CUDA_SUCCESS).then_some(v)
+}
+
+/// Lowers the graph-cache charges to what the driver still reserves beyond live allocations.
+/// Returns whether a charge went down.
+pub(crate) fn sync_cache(g: &Gate) -> bool {
+    let Ok(mut gr) = g.graphs.lock() else {
+        return false;
+    };
+    if gr.cache.is_empty() {
+        return false;
+    }
+    let mut lowered = false;
+    let devices: Vec<CUdevice> = gr.cache.keys().copied().collect();
+    for d in devices {
+        let live: u64 = gr
+            .allocs
+            .values()
+            .filter(|a| a.live && a.ordinal == d)
+            .map(|a| a.bytes)
+            .sum();
+        let target = reserved_by_driver(d).map_or(0, |r| r.saturating_sub(live));
+        if let Some((e, c)) = gr.cache.get_mut(&d) {
+            if target < *c {
+                g.uncharge(*e, *c - target);
+                *c = target;
+                lowered = true;
+            }
+        }
+    }
+    lowered
+}
+
+/// An allocation stopped being live: its bytes leave the slice, or stay as the device's graph
+/// cache when the driver reports one.
+fn release(g: &Gate, gr: &mut Graphs, a: Alloc) {
+    if reserved_by_driver(a.ordinal).is_some() {
+        gr.cache.entry(a.ordinal).or_insert((a.entry, 0)).1 += a.bytes;
+    } else {
+        g.uncharge(a.entry, a.bytes);
+    }
+}
+
+fn record_alloc(graph: CUgraph, va: u64, bytes: usize, ordinal: CUdevice) {
+    let Some(_g) = guard::enter() else { return };
+    let Some(g) = gate() else { return };
+    let Some(entry) = g.entry(ordinal) else {
+        return;
+    };
+    if let Ok(mut gr) = g.graphs.lock() {
+        let old = gr.allocs.insert(
+            va,
+            Alloc {
+                entry,
+                ordinal,
+                bytes: round(bytes as u64),
+                live: false,
+                gen: 0,
+            },
+        );
+        if let Some(o) = old.filter(|o| o.live) {
+            // The driver handed out an address we still thought live: it was freed.
+            release(g, &mut gr, o);
+        }
+        gr.graphs.entry(graph as usize).or_default().allocs.push(va);
+    }
+}
+
+fn record_free(graph: CUgraph, va: u64) {
+    if let Some(g) = gate() {
+        if let Ok(mut gr) = g.graphs.lock() {
+            gr.graphs.entry(graph as usize).or_default().frees.push(va);
+        }
+    }
+}
+
+/// `cuGraphAddMemAllocNode`: the address and size are recorded; memory is charged at launch.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    ndeps: usize,
+    params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
+) -> R {
+    let r = call!(cuGraphAddMemAllocNode: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> R;
+        node, graph, deps, ndeps, params);
+    if r == CUDA_SUCCESS && !params.is_null() {
+        // SAFETY: non-null; the driver wrote `dptr` on success.
+        let p = unsafe { &*params };
+        record_alloc(graph, p.dptr, p.bytesize, p.poolProps.location.id);
+    }
+    r
+}
+
+/// `cuGraphAddMemFreeNode`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemFreeNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    ndeps: usize,
+    dptr: CUdeviceptr,
+) -> R {
+    let r = call!(cuGraphAddMemFreeNode: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUdeviceptr) -> R;
+        node, graph, deps, ndeps, dptr);
+    if r == CUDA_SUCCESS {
+        record_free(graph, dptr);
+    }
+    r
+}
+
+/// Offset of the union inside `CUgraphNodeParams` (type + 3 reserved ints).
+const NODE_PARAMS_UNION: usize = 16;
+
+/// After a successful generic `cuGraphAddNode*`: records memory nodes.
+///
+/// # Safety
+/// `params` is null or the caller's `CUgraphNodeParams`.
+unsafe fn record_generic(graph: CUgraph, params: *const u8) {
+    if params.is_null() {
+        return;
+    }
+    // SAFETY: the struct starts with its 32-bit node type.
+    let ty = unsafe { params.cast::<CUgraphNodeType>().read_unaligned() };
+    // SAFETY: the union starts at byte 16 of the (8-byte aligned) struct.
+    let u = unsafe { params.add(NODE_PARAMS_UNION) };
+    match ty {
+        CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+            // SAFETY: the union holds CUDA_MEM_ALLOC_NODE_PARAMS_v2 for this type.
+            let p = unsafe { u.cast::<CUDA_MEM_ALLOC_NODE_PARAMS>().read_unaligned() };
+            record_alloc(graph, p.dptr, p.bytesize, p.poolProps.location.id);
+        }
+        CU_GRAPH_NODE_TYPE_MEM_FREE => {
+            // SAFETY: the union holds CUDA_MEM_FREE_NODE_PARAMS for this type.
+            let p = unsafe { u.cast::<CUDA_MEM_FREE_NODE_PARAMS>().read_unaligned() };
+            record_free(graph, p.dptr);
+        }
+        _ => {}
+    }
+}
+
+/// `cuGraphAddNode` (CUDA 12.2): memory nodes are recorded as by the dedicated calls.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddNode(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    ndeps: usize,
+    params: *mut c_void,
+) -> R {
+    let r = call!(cuGraphAddNode: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut c_void) -> R;
+        node, graph, deps, ndeps, params);
+    if r == CUDA_SUCCESS {
+        // SAFETY: the caller's CUgraphNodeParams, completed by the driver.
+        unsafe { record_generic(graph, params.cast()) };
+    }
+    r
+}
+
+/// `cuGraphAddNode_v2` (CUDA 12.3, with edge data).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddNode_v2(
+    node: *mut CUgraphNode,
+    graph: CUgraph,
+    deps: *const CUgraphNode,
+    edges: *const c_void,
+    ndeps: usize,
+    params: *mut c_void,
+) -> R {
+    let r = call!(cuGraphAddNode_v2: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, *const c_void, usize, *mut c_void) -> R;
+        node, graph, deps, edges, ndeps, params);
+    if r == CUDA_SUCCESS {
+        // SAFETY: as for cuGraphAddNode.
+        unsafe { record_generic(graph, params.cast()) };
+    }
+    r
+}
+
+/// `cuGraphClone`: the clone holds the same memory nodes.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> R {
+    let r = call!(cuGraphClone: fn(*mut CUgraph, CUgraph) -> R; clone, original);
+    if r == CUDA_SUCCESS && !clone.is_null() {
+        if let Some(g) = gate() {
+            if let Ok(mut gr) = g.graphs.lock() {
+                if let Some(n) = gr.graphs.get(&(original as usize)).cloned() {
+                    // SAFETY: written by the driver on success.
+                    gr.graphs.insert(unsafe { *clone } as usize, n);
+                }
+            }
+        }
+    }
+    r
+}
+
+/// `cuGraphDestroy`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> R {
+    let r = call!(cuGraphDestroy: fn(CUgraph) -> R; graph);
+    if r == CUDA_SUCCESS {
+        if let Some(g) = gate() {
+            if let Ok(mut gr) = g.graphs.lock() {
+                gr.graphs.remove(&(graph as usize));
+            }
+        }
+    }
+    r
+}
+
+fn record_exec(r: R, exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R {
+    if r != CUDA_SUCCESS || exec.is_null() {
+        return r;
+    }
+    if let Some(g) = gate() {
+        if let Ok(mut gr) = g.graphs.lock() {
+            if let Some(n) = gr.graphs.get(&(graph as usize)).cloned() {
+                let auto = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0;
+                // SAFETY: written by the driver on success.
+                gr.execs.insert(unsafe { *exec } as usize, (n, auto));
+            }
+        }
+    }
+    r
+}
+
+/// `cuGraphInstantiate` (CUDA 10 form).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    err: *mut CUgraphNode,
+    log: *mut c_char,
+    size: usize,
+) -> R {
+    let r = call!(cuGraphInstantiate: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> R;
+        exec, graph, err, log, size);
+    record_exec(r, exec, graph, 0)
+}
+
+/// `cuGraphInstantiate_v2`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    err: *mut CUgraphNode,
+    log: *mut c_char,
+    size: usize,
+) -> R {
+    let r = call!(cuGraphInstantiate_v2: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> R;
+        exec, graph, err, log, size);
+    record_exec(r, exec, graph, 0)
+}
+
+/// `cuGraphInstantiateWithFlags` (`cuGraphInstantiate` from CUDA 12.0 on).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    flags: u64,
+) -> R {
+    let r = call!(cuGraphInstantiateWithFlags: fn(*mut CUgraphExec, CUgraph, u64) -> R; exec, graph, flags);
+    record_exec(r, exec, graph, flags)
+}
+
+fn params_flags(p: *const CUDA_GRAPH_INSTANTIATE_PARAMS) -> u64 {
+    if p.is_null() {
+        0
+    } else {
+        // SAFETY: non-null; the caller's parameter struct.
+        unsafe { (*p).flags }
+    }
+}
+
+/// `cuGraphInstantiateWithParams`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> R {
+    let r = call!(cuGraphInstantiateWithParams: fn(*mut CUgraphExec, CUgraph, *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> R; exec, graph, p);
+    record_exec(r, exec, graph, params_flags(p))
+}
+
+/// `cuGraphInstantiateWithParams_ptsz`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> R {
+    let r = call!(cuGraphInstantiateWithParams_ptsz: fn(*mut CUgraphExec, CUgraph, *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> R; exec, graph, p);
+    record_exec(r, exec, graph, params_flags(p))
+}
+
+/// `cuGraphExecDestroy`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
+    let r = call!(cuGraphExecDestroy: fn(CUgraphExec) -> R; exec);
+    if r == CUDA_SUCCESS {
+        if let Some(g) = gate() {
+            if let Ok(mut gr) = g.graphs.lock() {
+                gr.execs.remove(&(exec as usize));
+            }
+        }
+    }
+    r
+}
+
+/// `cuDeviceGraphMemTrim`: the driver releases cached graph memory; cache charges follow.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> R {
+    let r = call!(cuDeviceGraphMemTrim: fn(CUdevice) -> R; dev);
+    if r == CUDA_SUCCESS {
+        if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
+            sync_cache(g);
+        }
+    }
+    r
+}
+
+/// A free in stream order of graph memory at `va` (`cuMemFreeAsync`): returns the work to run
+/// when the stream gets there, or `None` when `va` is not a live graph allocation.
+pub(crate) fn free_later(g: &Gate, va: u64) -> Option<Box<dyn FnOnce() + Send>> {
+    let gen = {
+        let gr = g.graphs.lock().ok()?;
+        let a = gr.allocs.get(&va).filter(|a| a.live)?;
+        a.gen
+    };
+    Some(Box::new(move || free_if(va, gen)))
+}
+
+/// `cuMemFree` of graph memory.
+pub(crate) fn free_now(g: &Gate, va: u64) {
+    if let Some(f) = free_later(g, va) {
+        f();
+    }
+}
+
+fn free_if(va: u64, gen: u64) {
+    let Some(g) = gate() else { return };
+    let Ok(mut gr) = g.graphs.lock() else { return };
+    let Some(a) = gr.allocs.get_mut(&va) else {
+        return;
+    };
+    if a.live && a.gen == gen {
+        a.live = false;
+        let a = *a;
+        release(g, &mut gr, a);
+    }
+}
+
+/// `cuGraphLaunch(_ptsz)` with graph memory: charges the executable graph's allocations, runs
+/// `launch`, and schedules the return of what its free nodes release.
+pub(crate) fn launch(
+    exec: CUgraphExec,
+    stream: CUstream,
+    ptsz: bool,
+    launch: impl FnOnce() -> R,
+) -> R {
+    let Some(g) = gate() else { return launch() };
+    let Some(_guard) = guard::enter() else {
+        return launch();
+    };
+    let Ok(mut gr) = g.graphs.lock() else {
+        return launch();
+    };
+    let Some((nodes, auto)) = gr.execs.get(&(exec as usize)).cloned() else {
+        drop(gr);
+        return launch();
+    };
+    if nodes.allocs.is_empty() && nodes.frees.is_empty() {
+        drop(gr);
+        return launch();
+    }
+    // Reserve: every allocation that is not a live one the launch itself frees and reuses.
+    // (entry, charged now, ordinal, taken from the graph cache)
+    let mut charged: Vec<(usize, u64, CUdevice, u64)> = Vec::new();
+    let undo = |gr: &mut Graphs, charged: Vec<(usize, u64, CUdevice, u64)>| {
+        for (e, b, o, c) in charged {
+            g.uncharge(e, b);
+            if c > 0 {
+                gr.cache.entry(o).or_insert((e, 0)).1 += c;
+            }
+        }
+    };
+    for va in &nodes.allocs {
+        let Some(a) = gr.allocs.get(va).copied() else {
+            continue;
+        };
+        if a.live && auto {
+            continue;
+        }
+        // Memory the driver caches for graphs is used first.
+        let from_cache = gr.cache.get_mut(&a.ordinal).map_or(0, |c| {
+            let t = c.1.min(a.bytes);
+            c.1 -= t;
+            t
+        });
+        let need = a.bytes - from_cache;
+        let mut ok = need == 0 || g.charge(a.ordinal, a.entry, need).is_ok();
+        if !ok {
+            drop(gr);
+            let lowered = crate::pool::sync_pools(g);
+            gr = match g.graphs.lock() {
+                Ok(x) => x,
+                Err(_) => return CUDA_ERROR_OUT_OF_MEMORY,
+            };
+            ok = lowered && g.charge(a.ordinal, a.entry, need).is_ok();
+        }
+        charged.push((a.entry, if ok { need } else { 0 }, a.ordinal, from_cache));
+        if !ok {
+            undo(&mut gr, charged);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    // The driver may run host functions (ours among them) while launching: no lock held.
+    drop(gr);
+    let r = launch();
+    let Ok(mut gr) = g.graphs.lock() else {
+        return r;
+    };
+    if r != CUDA_SUCCESS {
+        undo(&mut gr, charged);
+        return r;
+    }
+    for va in &nodes.allocs {
+        let Some(a) = gr.allocs.get(va).copied() else {
+            continue;
+        };
+        if a.live && !auto {
+            // The driver accepted a relaunch: the previous allocation was freed already.
+            release(g, &mut gr, a);
+        }
+        if let Some(x) = gr.allocs.get_mut(va) {
+            x.live = true;
+            x.gen += 1;
+        }
+    }
+    let frees: Vec<(u64, u64)> = nodes
+        .frees
+        .iter()
+        .filter_map(|va| gr.allocs.get(va).map(|a| (*va, a.gen)))
+        .collect();
+    drop(gr);
+    if !frees.is_empty() {
+        crate::pool::in_stream_order(
+            stream,
+            ptsz,
+            Box::new(move || {
+                for (va, gen) in frees {
+                    free_if(va, gen);
+                }
+            }),
+        );
+    }
+    r
+}

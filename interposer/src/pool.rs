@@ -1,0 +1,362 @@
+//! Stream-ordered allocation and memory pools. A pool is charged what it *reserves*
+//! (`CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`), not what the app asked: an allocation pre-charges
+//! only the growth the pool needs (the missing bytes rounded to the granularity), and the charge
+//! follows the reserved size down when the pool releases memory (synchronisation above the
+//! release threshold, `cuMemPoolTrimTo`, destroy). `cuMemFreeAsync` of plain memory returns its
+//! charge in stream order (a host function enqueued behind the free).
+
+#![allow(non_snake_case)]
+
+use crate::cuda::{round, site};
+use crate::guard;
+use crate::state::{gate, Gate, PoolCharge};
+use gpuslice_cuda_abi::memory::*;
+use gpuslice_cuda_abi::result::*;
+use gpuslice_cuda_abi::types::*;
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+type R = CUresult;
+
+/// Sub-allocation alignment of pools (the driver's and the simulator's).
+const POOL_ALIGN: u64 = 512;
+
+fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
+    let f = crate::real!(cuda_sym cuMemPoolGetAttribute: fn(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> R)?;
+    let mut v: u64 = 0;
+    // SAFETY: the reserved / used attributes are cuuint64_t out-values.
+    let r = unsafe { f(pool, attr, (&mut v as *mut u64).cast()) };
+    (r == CUDA_SUCCESS).then_some(v)
+}
+
+fn current_pool(ordinal: CUdevice) -> Option<CUmemoryPool> {
+    let f = crate::real!(cuda_sym cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> R)?;
+    let mut p: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: writes one handle.
+    (unsafe { f(&mut p, ordinal) } == CUDA_SUCCESS && !p.is_null()).then_some(p)
+}
+
+fn sync_locked(g: &Gate, pools: &mut HashMap<usize, PoolCharge>) -> bool {
+    let mut lowered = false;
+    for (&p, c) in pools.iter_mut() {
+        if let Some(now) = pool_attr(p as CUmemoryPool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
+            if now < c.charged {
+                g.uncharge(c.entry, c.charged - now);
+                c.charged = now;
+                lowered = true;
+            }
+        }
+    }
+    lowered
+}
+
+/// Brings every known pool's charge down to its current reserved size (and graph memory to
+/// what the driver still holds). Returns whether any charge went down.
+pub(crate) fn sync_pools(g: &Gate) -> bool {
+    let mut lowered = match g.pools.lock() {
+        Ok(mut pools) => sync_locked(g, &mut pools),
+        Err(_) => false,
+    };
+    lowered |= crate::graph::sync_cache(g);
+    lowered
+}
+
+/// Pool allocation: pre-charges the growth the pool needs, runs `alloc`, then sets the pool's
+/// charge to what it reserves now.
+fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) -> R {
+    let Some(_g) = guard::enter() else {
+        return alloc();
+    };
+    let Some(g) = gate() else { return alloc() };
+    if size == 0 {
+        return alloc();
+    }
+    let known = pool.and_then(|p| {
+        let m = g.pools.lock().ok()?;
+        m.get(&(p as usize)).map(|c| (p, c.ordinal, c.entry))
+    });
+    let target = match known {
+        Some(k) => Some(k),
+        None => site().and_then(|s| {
+            let p = pool.or_else(|| current_pool(s.ordinal))?;
+            Some((p, s.ordinal, s.entry))
+        }),
+    };
+    let Some((pool, ordinal, entry)) = target else {
+        return alloc();
+    };
+    let Ok(mut pools) = g.pools.lock() else {
+        return alloc();
+    };
+    let mut slot = *pools.entry(pool as usize).or_insert(PoolCharge {
+        entry,
+        ordinal,
+        charged: 0,
+    });
+    let reserved = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(slot.charged);
+    if reserved < slot.charged {
+        g.uncharge(slot.entry, slot.charged - reserved);
+        slot.charged = reserved;
+        pools.insert(pool as usize, slot);
+    }
+    let used = pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT).unwrap_or(reserved);
+    let need = size.div_ceil(POOL_ALIGN).saturating_mul(POOL_ALIGN);
+    let room = reserved.saturating_sub(used);
+    let pre = if need > room { round(need - room) } else { 0 };
+    if pre > 0 && g.charge(slot.ordinal, slot.entry, pre).is_err() {
+        let lowered = sync_locked(g, &mut pools) | crate::graph::sync_cache(g);
+        if let Some(c) = pools.get(&(pool as usize)) {
+            slot.charged = c.charged;
+        }
+        if !lowered || g.charge(slot.ordinal, slot.entry, pre).is_err() {
+            pools.insert(pool as usize, slot);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    let r = alloc();
+    let held = slot.charged + pre;
+    let now = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(held);
+    if now > held {
+        if g.charge(slot.ordinal, slot.entry, now - held).is_err() {
+            crate::log!(
+                crate::log::Level::Warn,
+                "pool grew {} B beyond its reservation",
+                now - held
+            );
+        }
+    } else {
+        g.uncharge(slot.entry, held - now);
+    }
+    slot.charged = now;
+    pools.insert(pool as usize, slot);
+    r
+}
+
+/// `cuMemAllocAsync`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> R {
+    pool_alloc(
+        None,
+        bytesize as u64,
+        || call!(cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream) -> R; dptr, bytesize, stream),
+    )
+}
+
+/// `cuMemAllocAsync_ptsz`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> R {
+    pool_alloc(
+        None,
+        bytesize as u64,
+        || call!(cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> R; dptr, bytesize, stream),
+    )
+}
+
+/// `cuMemAllocFromPoolAsync`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> R {
+    pool_alloc(
+        Some(pool).filter(|p| !p.is_null()),
+        bytesize as u64,
+        || call!(cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> R; dptr, bytesize, pool, stream),
+    )
+}
+
+/// `cuMemAllocFromPoolAsync_ptsz`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> R {
+    pool_alloc(
+        Some(pool).filter(|p| !p.is_null()),
+        bytesize as u64,
+        || call!(cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> R; dptr, bytesize, pool, stream),
+    )
+}
+
+/// Runs `f` when `stream` reaches this point (a host function enqueued with
+/// `cuLaunchHostFunc`); runs it at once if that cannot be enqueued.
+pub(crate) fn in_stream_order(stream: CUstream, ptsz: bool, f: Box<dyn FnOnce() + Send>) {
+    extern "C" fn trampoline(data: *mut c_void) {
+        // SAFETY: `data` is the Box<Box<dyn FnOnce>> leaked below, run exactly once.
+        let f = unsafe { Box::from_raw(data.cast::<Box<dyn FnOnce() + Send>>()) };
+        f();
+    }
+    let data = Box::into_raw(Box::new(f)).cast::<c_void>();
+    let cb: gpuslice_cuda_abi::exec::CUhostFn = Some(trampoline);
+    let r = if ptsz {
+        call!(cuLaunchHostFunc_ptsz: fn(CUstream, gpuslice_cuda_abi::exec::CUhostFn, *mut c_void) -> R; stream, cb, data)
+    } else {
+        call!(cuLaunchHostFunc: fn(CUstream, gpuslice_cuda_abi::exec::CUhostFn, *mut c_void) -> R; stream, cb, data)
+    };
+    if r != CUDA_SUCCESS {
+        trampoline(data);
+    }
+}
+
+fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce() -> R) -> R {
+    let r = free();
+    if r != CUDA_SUCCESS {
+        return r;
+    }
+    let Some(_g) = guard::enter() else { return r };
+    let Some(g) = gate() else { return r };
+    if let Some((e, b)) = g.untrack(dptr) {
+        // Plain memory freed in stream order: its charge returns when the stream gets there.
+        in_stream_order(
+            stream,
+            ptsz,
+            Box::new(move || {
+                if let Some(g) = gate() {
+                    g.uncharge(e, b);
+                }
+            }),
+        );
+    } else if let Some(done) = crate::graph::free_later(g, dptr) {
+        in_stream_order(stream, ptsz, done);
+    }
+    // Pool memory stays reserved by its pool: charges follow RESERVED_MEM_CURRENT.
+    r
+}
+
+/// `cuMemFreeAsync`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> R {
+    free_async(
+        dptr,
+        stream,
+        false,
+        || call!(cuMemFreeAsync: fn(CUdeviceptr, CUstream) -> R; dptr, stream),
+    )
+}
+
+/// `cuMemFreeAsync_ptsz`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> R {
+    free_async(
+        dptr,
+        stream,
+        true,
+        || call!(cuMemFreeAsync_ptsz: fn(CUdeviceptr, CUstream) -> R; dptr, stream),
+    )
+}
+
+/// `cuMemPoolCreate`: remembers the pool's device so its allocations are charged there.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolCreate(
+    pool: *mut CUmemoryPool,
+    props: *const CUmemPoolProps,
+) -> R {
+    let r = call!(cuMemPoolCreate: fn(*mut CUmemoryPool, *const CUmemPoolProps) -> R; pool, props);
+    if r != CUDA_SUCCESS || pool.is_null() || props.is_null() {
+        return r;
+    }
+    // SAFETY: non-null; the caller's props and the handle the driver wrote.
+    let (loc, h) = unsafe { ((*props).location, *pool) };
+    if loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return r;
+    }
+    let Some(_g) = guard::enter() else { return r };
+    if let Some(g) = gate() {
+        if let (Some(entry), Ok(mut pools)) = (g.entry(loc.id), g.pools.lock()) {
+            pools.insert(
+                h as usize,
+                PoolCharge {
+                    entry,
+                    ordinal: loc.id,
+                    charged: 0,
+                },
+            );
+        }
+    }
+    r
+}
+
+/// `cuMemPoolSetAttribute`: the release threshold decides what a pool keeps after
+/// synchronisation; charges follow the reserved size, re-read here.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolSetAttribute(
+    pool: CUmemoryPool,
+    attr: CUmemPool_attribute,
+    value: *mut c_void,
+) -> R {
+    let r = call!(cuMemPoolSetAttribute: fn(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> R; pool, attr, value);
+    if r == CUDA_SUCCESS {
+        if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
+            sync_pools(g);
+        }
+    }
+    r
+}
+
+/// `cuMemPoolTrimTo`: after trimming, pool charges follow the reserved sizes down.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
+    let r = call!(cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> R; pool, keep);
+    if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
+        sync_pools(g);
+    }
+    r
+}
+
+/// `cuMemPoolDestroy`: the pool's memory goes back to the device.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> R {
+    let r = call!(cuMemPoolDestroy: fn(CUmemoryPool) -> R; pool);
+    if r == CUDA_SUCCESS {
+        if let Some(g) = gate() {
+            if let Ok(mut pools) = g.pools.lock() {
+                if let Some(c) = pools.remove(&(pool as usize)) {
+                    g.uncharge(c.entry, c.charged);
+                }
+            }
+        }
+    }
+    r
+}
