@@ -1,8 +1,8 @@
 //! Memory quantities: the value syntax of `gpuslice.io/memory` / `GPUSLICE_MEMORY` (`512Mi`, `8Gi`,
 //! `1G`, plain bytes, `25%` of the device) and HAMi's `CUDA_DEVICE_MEMORY_LIMIT` (`4096m`, `4g`).
 //!
-//! Parsing is exact: fractional values (`1.5Gi`) are computed in integer arithmetic and rounded up
-//! to a whole byte; zero and values that do not fit in 64 bits are errors, never clamped.
+//! The parser itself is `gpuslice_region::quantity` (one implementation, shared with the
+//! interposer); this module adds the serde forms used by requests and configuration files.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,12 +10,14 @@ use std::str::FromStr;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The units the gpuslice syntax accepts, in the order the error message lists them.
-pub const UNITS_HELP: &str = "use Ki, Mi, Gi, Ti, K, M, G, T or %";
+use gpuslice_region::quantity::MemQuantity;
+pub use gpuslice_region::quantity::{format_bytes, QuantityError, UNITS_HELP};
 
-const KI: u64 = 1 << 10;
+#[cfg(test)]
 const MI: u64 = 1 << 20;
+#[cfg(test)]
 const GI: u64 = 1 << 30;
+#[cfg(test)]
 const TI: u64 = 1 << 40;
 
 /// A memory request per device: a number of bytes, or a percentage of the device's total memory
@@ -28,156 +30,42 @@ pub enum MemoryRequest {
     Percent(u8),
 }
 
-/// Why a quantity did not parse. The caller adds the key and the value (see `RequestError`).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum QuantityError {
-    /// Nothing (or only blanks) was given.
-    #[error("empty value")]
-    Empty,
-    /// The number part is missing or is not a decimal number.
-    #[error("not a number (expected e.g. 512Mi, 8Gi, 1G, 1073741824 or 25%)")]
-    NotANumber,
-    /// A suffix that is not a known unit.
-    #[error("unknown unit \"{0}\" ({UNITS_HELP})")]
-    UnknownUnit(String),
-    /// HAMi syntax: a suffix other than k, m, g.
-    #[error("unknown unit \"{0}\" (CUDA_DEVICE_MEMORY_LIMIT takes k, m or g, or plain bytes)")]
-    UnknownHamiUnit(String),
-    /// The quantity is zero.
-    #[error("must be greater than zero")]
-    Zero,
-    /// The quantity does not fit in 64 bits of bytes.
-    #[error("too large (more than 2^64-1 bytes)")]
-    Overflow,
-    /// A percentage outside 1–100 or with a fraction.
-    #[error("percentage must be a whole number from 1 to 100")]
-    BadPercent,
+impl From<MemQuantity> for MemoryRequest {
+    fn from(q: MemQuantity) -> Self {
+        match q {
+            MemQuantity::Bytes(b) => MemoryRequest::Bytes(b),
+            MemQuantity::Percent(p) => MemoryRequest::Percent(p),
+        }
+    }
+}
+
+impl From<MemoryRequest> for MemQuantity {
+    fn from(q: MemoryRequest) -> Self {
+        match q {
+            MemoryRequest::Bytes(b) => MemQuantity::Bytes(b),
+            MemoryRequest::Percent(p) => MemQuantity::Percent(p),
+        }
+    }
 }
 
 impl MemoryRequest {
     /// Parses the gpuslice syntax: `<number>[unit]` where unit is one of Ki Mi Gi Ti (powers of
     /// 1024), K M G T (powers of 1000; `k` is accepted for K as in Kubernetes), none (bytes) or `%`.
     pub fn parse(text: &str) -> Result<Self, QuantityError> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(QuantityError::Empty);
-        }
-        let split = text
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(text.len());
-        let (number, unit) = text.split_at(split);
-        if number.is_empty() {
-            return Err(QuantityError::NotANumber);
-        }
-        let unit = unit.trim_start();
-        if unit == "%" {
-            let pct: u32 = if number.contains('.') {
-                return Err(QuantityError::BadPercent);
-            } else {
-                number.parse().map_err(|_| QuantityError::NotANumber)?
-            };
-            return match u8::try_from(pct) {
-                Ok(p) if (1..=100).contains(&p) => Ok(MemoryRequest::Percent(p)),
-                _ => Err(QuantityError::BadPercent),
-            };
-        }
-        let multiplier = match unit {
-            "" => 1,
-            "Ki" => KI,
-            "Mi" => MI,
-            "Gi" => GI,
-            "Ti" => TI,
-            "K" | "k" => 1_000,
-            "M" => 1_000_000,
-            "G" => 1_000_000_000,
-            "T" => 1_000_000_000_000,
-            other => return Err(QuantityError::UnknownUnit(other.to_string())),
-        };
-        scaled(number, multiplier).map(MemoryRequest::Bytes)
+        MemQuantity::parse(text).map(Into::into)
     }
 
     /// Parses HAMi's `CUDA_DEVICE_MEMORY_LIMIT` syntax: plain bytes or a number with `k`, `m`, `g`
     /// (either case), all powers of 1024 (`1g` = `1024m` = `1048576k` = `1073741824`).
     pub fn parse_hami(text: &str) -> Result<Self, QuantityError> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(QuantityError::Empty);
-        }
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
-        let (number, unit) = text.split_at(split);
-        if number.is_empty() {
-            return Err(QuantityError::NotANumber);
-        }
-        let multiplier = match unit {
-            "" => 1,
-            "k" | "K" => KI,
-            "m" | "M" => MI,
-            "g" | "G" => GI,
-            other => return Err(QuantityError::UnknownHamiUnit(other.to_string())),
-        };
-        scaled(number, multiplier).map(MemoryRequest::Bytes)
+        MemQuantity::parse_hami(text).map(Into::into)
     }
 
     /// The cap in bytes on a device with `device_total` bytes. A percentage rounds down, but never
     /// below one byte.
     pub fn resolve(self, device_total: u64) -> u64 {
-        match self {
-            MemoryRequest::Bytes(b) => b,
-            MemoryRequest::Percent(p) => {
-                let v = u128::from(device_total) * u128::from(p) / 100;
-                u64::try_from(v).unwrap_or(u64::MAX).max(1)
-            }
-        }
+        MemQuantity::from(self).resolve(device_total)
     }
-}
-
-/// `number` (digits with at most one `.`) times `multiplier`, rounded up to a whole byte.
-fn scaled(number: &str, multiplier: u64) -> Result<u64, QuantityError> {
-    let (int_part, frac_part) = match number.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (number, ""),
-    };
-    if int_part.is_empty() && frac_part.is_empty()
-        || !int_part.bytes().all(|b| b.is_ascii_digit())
-        || !frac_part.bytes().all(|b| b.is_ascii_digit())
-        || (number.contains('.') && frac_part.is_empty())
-    {
-        return Err(QuantityError::NotANumber);
-    }
-    // Too many fractional digits would overflow the denominator; 18 is far beyond any use.
-    if frac_part.len() > 18 {
-        return Err(QuantityError::NotANumber);
-    }
-    let int_value: u128 = if int_part.is_empty() {
-        0
-    } else {
-        // Leading zeros are fine; the length bound prevents u128 overflow.
-        let trimmed = int_part.trim_start_matches('0');
-        if trimmed.len() > 30 {
-            return Err(QuantityError::Overflow);
-        }
-        if trimmed.is_empty() {
-            0
-        } else {
-            trimmed.parse().map_err(|_| QuantityError::NotANumber)?
-        }
-    };
-    let frac_value: u128 = if frac_part.is_empty() {
-        0
-    } else {
-        frac_part.parse().map_err(|_| QuantityError::NotANumber)?
-    };
-    let denom = 10u128.pow(frac_part.len() as u32);
-    let mult = u128::from(multiplier);
-    let whole = int_value.checked_mul(mult).ok_or(QuantityError::Overflow)?;
-    let frac = (frac_value * mult).div_ceil(denom);
-    let total = whole.checked_add(frac).ok_or(QuantityError::Overflow)?;
-    if total == 0 {
-        return Err(QuantityError::Zero);
-    }
-    u64::try_from(total).map_err(|_| QuantityError::Overflow)
 }
 
 impl FromStr for MemoryRequest {
@@ -185,16 +73,6 @@ impl FromStr for MemoryRequest {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         MemoryRequest::parse(s)
     }
-}
-
-/// Formats bytes with the largest binary unit that divides them exactly (`8Gi`, `1536Mi`, `1000`).
-pub fn format_bytes(bytes: u64) -> String {
-    for (unit, size) in [("Ti", TI), ("Gi", GI), ("Mi", MI), ("Ki", KI)] {
-        if bytes != 0 && bytes.is_multiple_of(size) {
-            return format!("{}{unit}", bytes / size);
-        }
-    }
-    bytes.to_string()
 }
 
 impl fmt::Display for MemoryRequest {

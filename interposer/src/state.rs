@@ -89,32 +89,28 @@ fn init() -> Option<Gate> {
 fn standalone() -> Option<Gate> {
     let (var, text, q) = if let Some(v) = env("GPUSLICE_MEMORY") {
         let q = gpuslice_region::parse_quantity(&v);
-        ("GPUSLICE_MEMORY", v, q)
+        ("GPUSLICE_MEMORY", v, Some(q))
     } else if let Some(v) = env("CUDA_DEVICE_MEMORY_LIMIT") {
         let q = gpuslice_region::parse_hami_limit(&v);
-        ("CUDA_DEVICE_MEMORY_LIMIT", v, q)
+        ("CUDA_DEVICE_MEMORY_LIMIT", v, Some(q))
     } else {
         let any =
             (0..MAX_ORDINALS).any(|i| env(&format!("CUDA_DEVICE_MEMORY_LIMIT_{i}")).is_some());
         if !any {
             return None;
         }
-        (
-            "CUDA_DEVICE_MEMORY_LIMIT_<n>",
-            String::new(),
-            Err(String::new()),
-        )
+        ("CUDA_DEVICE_MEMORY_LIMIT_<n>", String::new(), None)
     };
     let default = match q {
-        Ok(q) => Some(q),
-        Err(e) if !text.is_empty() => {
+        Some(Ok(q)) => Some(q),
+        Some(Err(e)) => {
             crate::log!(
                 Level::Error,
                 "{var}={text}: {e}; memory caps are NOT enforced"
             );
             return None;
         }
-        Err(_) => None,
+        None => None,
     };
     let mut caps = vec![default; MAX_ORDINALS];
     for (i, c) in caps.iter_mut().enumerate() {
