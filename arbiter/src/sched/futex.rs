@@ -1,0 +1,165 @@
+//! The futex calls of the scheduler loop: wake the waiters of a lease word, wait on one word
+//! (the drain counter) and wait on many at once (`futex_waitv`: the demand words of every slice
+//! of a device plus the loop's control word), each with an absolute CLOCK_MONOTONIC deadline.
+
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// `futex_waitv` accepts at most this many words.
+pub const WAITV_MAX: usize = 128;
+/// `SYS_futex_waitv` (the same number on every architecture that has it).
+const SYS_FUTEX_WAITV: libc::c_long = 449;
+const FUTEX_32: u32 = 2;
+const FUTEX_PRIVATE: u32 = 128;
+
+/// CLOCK_MONOTONIC now, ns.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// Wakes every waiter of the shared (cross-process) futex word at `addr`.
+pub fn wake_shared(addr: *const u32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it never dereferences it for writing,
+    // and the caller passes the address of a live mapped word.
+    unsafe {
+        libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// Wakes the waiters of a process-private word.
+pub fn wake_private(word: &AtomicU32) {
+    // SAFETY: the address of a live atomic; FUTEX_WAKE only uses it as a key.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
+}
+
+/// Waits while the shared word at `addr` equals `val`, at most `timeout`.
+pub fn wait_shared(addr: *const u32, val: u32, timeout: Duration) {
+    let ts = timespec(timeout.as_nanos().min(u128::from(u64::MAX)) as u64);
+    // SAFETY: `addr` is a live, aligned mapped u32 (the caller keeps the mapping); the kernel
+    // only reads it; `ts` is a valid relative timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            addr,
+            libc::FUTEX_WAIT,
+            val,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// One word to wait on: address, expected value, private (this process) or shared.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitWord {
+    /// Address of the word.
+    pub addr: *const u32,
+    /// Value seen; the wait ends as soon as the word differs.
+    pub val: u32,
+    /// Process-private word (the loop's control word) rather than a mapped file.
+    pub private: bool,
+}
+
+#[repr(C)]
+struct FutexWaitv {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+/// Waits until any of `words` changes or is woken, or until `deadline` (CLOCK_MONOTONIC ns;
+/// `None` = no deadline). Only the first [`WAITV_MAX`] words are waited on. Falls back to a
+/// short sleep if the kernel lacks `futex_waitv`.
+pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) {
+    let v: Vec<FutexWaitv> = words
+        .iter()
+        .take(WAITV_MAX)
+        .map(|w| FutexWaitv {
+            val: u64::from(w.val),
+            uaddr: w.addr as u64,
+            flags: FUTEX_32 | if w.private { FUTEX_PRIVATE } else { 0 },
+            reserved: 0,
+        })
+        .collect();
+    let ts = deadline.map(timespec);
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `v` holds `v.len()` valid futex_waitv entries whose addresses are live words the
+    // caller keeps mapped; the kernel only reads them. `tsp` is null or an absolute
+    // CLOCK_MONOTONIC timespec that lives across the call.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_FUTEX_WAITV,
+            v.as_ptr(),
+            v.len() as libc::c_uint,
+            0u32,
+            tsp,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        let now = now_ns();
+        let until = deadline.unwrap_or(now + 1_000_000).min(now + 1_000_000);
+        std::thread::sleep(Duration::from_nanos(until.saturating_sub(now)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::sync::Arc;
+
+    #[test]
+    fn waitv_returns_on_wake_and_on_deadline() {
+        let w = Arc::new(AtomicU32::new(0));
+        let t0 = now_ns();
+        wait_any(
+            &[WaitWord {
+                addr: w.as_ptr(),
+                val: 0,
+                private: true,
+            }],
+            Some(t0 + 20_000_000),
+        );
+        assert!(now_ns() - t0 >= 15_000_000, "deadline respected");
+        let w2 = Arc::clone(&w);
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            w2.store(1, SeqCst);
+            wake_private(&w2);
+        });
+        let t0 = now_ns();
+        wait_any(
+            &[WaitWord {
+                addr: w.as_ptr(),
+                val: 0,
+                private: true,
+            }],
+            Some(t0 + 5_000_000_000),
+        );
+        assert!(now_ns() - t0 < 4_000_000_000, "woken early");
+        h.join().unwrap();
+    }
+}

@@ -1,0 +1,153 @@
+//! Time-slicing (issue 4): one lease scheduler per device. [`Scheduler`] owns a loop thread per
+//! device (`device`), fed by commands from the control socket (admit → add, update → new
+//! shares at once, release → remove after revoking). The algorithm is the pure, clock-injected
+//! [`policy::Policy`]; [`status::SchedulerStatus`] is what `gpuslice status` and metrics read.
+//! Design and measurements: `docs/scheduling.md`.
+
+pub mod device;
+pub mod futex;
+pub mod policy;
+pub mod status;
+pub mod window;
+
+pub use policy::{Params, FULL};
+pub use status::{DeviceSched, SchedulerStatus, SliceShare};
+
+use device::{Cmd, Ctl};
+use gpuslice_api::{Priority, SliceRequest};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// The shares of a request, in basis points.
+pub fn params_of(req: &SliceRequest) -> Params {
+    Params {
+        guarantee: u32::from(req.compute.unwrap_or(0).min(100)) * 100,
+        limit: u32::from(req.compute_limit.unwrap_or(100).clamp(1, 100)) * 100,
+        high: req.priority == Priority::High,
+    }
+}
+
+/// The node's per-device lease schedulers.
+pub struct Scheduler {
+    quantum_ns: u64,
+    devices: Mutex<BTreeMap<u32, Arc<Ctl>>>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("quantum_ns", &self.quantum_ns)
+            .finish()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler with lease quantum `quantum`; device loops start on first use.
+    pub fn new(quantum: Duration) -> Scheduler {
+        Scheduler {
+            quantum_ns: quantum.as_nanos().clamp(100_000, 1_000_000_000) as u64,
+            devices: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn ctl(&self, index: u32) -> Arc<Ctl> {
+        let mut m = self.devices.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = m.get(&index) {
+            return Arc::clone(c);
+        }
+        let ctl = Arc::new(Ctl {
+            word: AtomicU32::new(0),
+            cmds: Mutex::new(Vec::new()),
+            status: Mutex::new(DeviceSched {
+                index,
+                quantum_ns: self.quantum_ns,
+                ..Default::default()
+            }),
+        });
+        let c2 = Arc::clone(&ctl);
+        let q = self.quantum_ns;
+        let spawned = std::thread::Builder::new()
+            .name(format!("sched-gpu{index}"))
+            .spawn(move || device::run(index, q, c2));
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the scheduler of device {index}: {e}");
+        }
+        m.insert(index, Arc::clone(&ctl));
+        ctl
+    }
+
+    /// Schedules slice `id` on host device `index`, entry `entry` of the files in `dir`.
+    pub fn add(&self, index: u32, id: &str, dir: &Path, entry: usize, params: Params) {
+        self.ctl(index).send(Cmd::Add {
+            id: id.to_string(),
+            dir: dir.to_path_buf(),
+            entry,
+            params,
+        });
+    }
+
+    /// New shares for slice `id` on every device it is on; effective at the loop's next turn
+    /// (it is woken at once).
+    pub fn update(&self, id: &str, params: Params) {
+        for ctl in self.all() {
+            ctl.send(Cmd::Update {
+                id: id.to_string(),
+                params,
+            });
+        }
+    }
+
+    /// Stops scheduling slice `id`; returns once no device loop lets it hold the lease (at most
+    /// one drain timeout per device).
+    pub fn remove(&self, id: &str) {
+        let mut acks = Vec::new();
+        for ctl in self.all() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            ctl.send(Cmd::Remove {
+                id: id.to_string(),
+                ack: tx,
+            });
+            acks.push(rx);
+        }
+        for rx in acks {
+            let _ = rx.recv_timeout(Duration::from_secs(2));
+        }
+    }
+
+    fn all(&self) -> Vec<Arc<Ctl>> {
+        self.devices
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The last published state of every device loop (refreshed every 100 ms while leases
+    /// move).
+    pub fn status(&self) -> SchedulerStatus {
+        SchedulerStatus {
+            devices: self
+                .all()
+                .iter()
+                .map(|c| {
+                    c.status
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone()
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        for ctl in self.all() {
+            ctl.send(Cmd::Stop);
+        }
+    }
+}

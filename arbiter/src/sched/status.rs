@@ -1,0 +1,69 @@
+//! What the scheduler tells the outside (`gpuslice status`, metrics): per device and per slice
+//! the configured shares, the achieved share over the last 1 s and 10 s, lease hand-offs and
+//! time spent waiting for the lease. A plain data snapshot, cheap to clone.
+
+use serde::{Deserialize, Serialize};
+
+/// One slice on one device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SliceShare {
+    /// The slice id.
+    pub slice_id: String,
+    /// Guaranteed share, fraction of the device (0.30 = 30 %); 0 = best effort.
+    pub guarantee: f64,
+    /// Ceiling, fraction of the device (1.0 = none).
+    pub limit: f64,
+    /// `true` for `priority: high`.
+    pub high_priority: bool,
+    /// Device time charged to the slice over the last second / wall time.
+    pub achieved_1s: f64,
+    /// The same over the last 10 s.
+    pub achieved_10s: f64,
+    /// Times the slice was granted the lease.
+    pub grants: u64,
+    /// Total ns the slice had threads waiting at the gate without the lease.
+    pub wait_ns: u64,
+    /// Total ns charged (lease time plus the overrun of its queued work).
+    pub charged_ns: u64,
+    /// Drains that did not report completion in time (charged the whole wait).
+    pub drain_timeouts: u64,
+    /// The slice holds the lease now.
+    pub holding: bool,
+    /// The slice had work (waiting or launching) at the last decision.
+    pub busy: bool,
+}
+
+/// One device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSched {
+    /// NVML index.
+    pub index: u32,
+    /// Lease quantum, ns.
+    pub quantum_ns: u64,
+    /// Lease hand-offs (grants to a different slice than the previous holder).
+    pub handoffs: u64,
+    /// 99th percentile of the arbiter's hand-off time (device free → next holder woken), ns,
+    /// over the recent hand-offs.
+    pub handoff_p99_ns: u64,
+    /// Slices placed on the device.
+    pub slices: Vec<SliceShare>,
+}
+
+/// Every device's scheduler state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerStatus {
+    /// Per device, by index.
+    pub devices: Vec<DeviceSched>,
+}
+
+impl SchedulerStatus {
+    /// The entry of `slice_id` on device `index`.
+    pub fn slice(&self, index: u32, slice_id: &str) -> Option<&SliceShare> {
+        self.devices
+            .iter()
+            .find(|d| d.index == index)?
+            .slices
+            .iter()
+            .find(|s| s.slice_id == slice_id)
+    }
+}

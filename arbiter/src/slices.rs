@@ -1,0 +1,55 @@
+//! The region files of each admitted slice: created (with the arbiter's lease flag) in the slice
+//! directory on admit, rewritten on update — a memory cap change is one atomic store
+//! (`LimitsWriter::set_memory_cap`), read by the interposer's next reservation, so a live resize
+//! takes effect at once — and removed with the directory on release (by the store).
+
+use gpuslice_api::{AssignedDevice, Priority, SliceStatus};
+use gpuslice_region::layout::{
+    LIMITS_FLAG_LEASED, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, SHARE_FULL, UNCAPPED,
+};
+use gpuslice_region::{create_slice, DeviceSpec, LimitsWriter, RegionError, SliceSpec};
+use std::path::Path;
+
+fn spec_of(slice: &SliceStatus, d: &AssignedDevice) -> DeviceSpec {
+    let r = &slice.request;
+    DeviceSpec {
+        host_index: d.index,
+        uuid: d.uuid.clone(),
+        memory_cap: d.memory_cap.unwrap_or(UNCAPPED),
+        device_total: d.memory_total,
+        compute_guarantee: u32::from(r.compute.unwrap_or(0).min(100)) * 100,
+        compute_limit: r
+            .compute_limit
+            .map_or(SHARE_FULL, |l| u32::from(l.clamp(1, 100)) * 100),
+        priority: match r.priority {
+            Priority::High => PRIORITY_HIGH,
+            Priority::Normal => PRIORITY_NORMAL,
+            Priority::Low => PRIORITY_LOW,
+        },
+    }
+}
+
+/// Creates the slice's `limits`, `lease` and `usage` in `dir` (which exists), unless they are
+/// there already (a restart: running tenants keep their mappings; the limits are rewritten).
+pub fn create(dir: &Path, slice: &SliceStatus) -> Result<(), RegionError> {
+    let spec = SliceSpec {
+        devices: slice.devices.iter().map(|d| spec_of(slice, d)).collect(),
+        flags: LIMITS_FLAG_LEASED,
+    };
+    if !create_slice(dir, &spec, false)? {
+        write_limits(dir, slice)?;
+    }
+    Ok(())
+}
+
+/// Rewrites the limits of every device of the slice (live resize). The memory cap is stored
+/// first, alone, so the next reservation sees it even while the seqlocked entry is rewritten.
+pub fn write_limits(dir: &Path, slice: &SliceStatus) -> Result<(), RegionError> {
+    let w = LimitsWriter::open(dir)?;
+    for (i, d) in slice.devices.iter().enumerate() {
+        let spec = spec_of(slice, d);
+        w.set_memory_cap(i, spec.memory_cap)?;
+        w.set_device(i, &spec)?;
+    }
+    Ok(())
+}
