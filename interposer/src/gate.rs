@@ -1,17 +1,390 @@
-//! Launch gate hooks called by every launch wrapper (`crate::launch`). These are pass-through
-//! placeholders: the issue-4 lease gate replaces their bodies (a slice may launch only while it
-//! holds the GPU's lease). The fast path must stay one atomic load with no allocation, lock,
-//! syscall, `getenv` or logging.
+//! The launch gate (issue 4): a kernel launch proceeds only while the slice holds the device's
+//! lease (`lease` file, written by the arbiter's scheduler). See `docs/scheduling.md`.
+//!
+//! * Fast path (lease held, same lease word and stream as this thread's last launch): one
+//!   `Acquire` load of the lease word plus a thread-local compare — no lock, syscall or
+//!   allocation. `UNGATED` (standalone, no arbiter) returns at once.
+//! * Once per lease renewal per thread (slow path, still no syscall): store the `seen` activity
+//!   word, register the process's pending work under the grant id, note the stream for the drain.
+//! * Not held: count the thread in `demand` (waking the arbiter on 0 → 1) and `futex`-wait on the
+//!   lease word, re-checking; after 30 s without a grant (arbiter gone) the gate opens, logged.
+//! * Drain: a gate thread per process and device sleeps on the lease word; when the lease is
+//!   revoked it records an event on every stream the process launched on under that grant,
+//!   waits for them (so the slice's queued work is measured to its end) and removes the process
+//!   from `pending`, waking the arbiter, which charges the slice up to that moment.
+//! * Queue bound: while the arbiter sets `max_queue` (a high-priority slice shares the device),
+//!   each launch records an event and a launch waits for the event `max_queue` launches back,
+//!   so a revoke leaves at most that many kernels to run before the high-priority slice.
 
-use gpuslice_cuda_abi::result::CUresult;
-use gpuslice_cuda_abi::types::CUstream;
+use crate::log::Level;
+use crate::state::gate;
+use gpuslice_cuda_abi::exec::{CU_EVENT_DISABLE_TIMING, CU_STREAM_LEGACY_HANDLE};
+use gpuslice_cuda_abi::result::*;
+use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
+use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, MAX_DEVICES};
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+type R = CUresult;
+
+/// Give up waiting for a grant after this long (the arbiter is gone): the gate opens.
+const FAIL_OPEN: Duration = Duration::from_secs(30);
+const CACHE: usize = 4;
+
+thread_local! {
+    /// (lease word, entry) of this thread's last slow path and the streams seen under it.
+    static LAST: Cell<(u32, usize)> = const { Cell::new((u32::MAX, usize::MAX)) };
+    static STREAMS: Cell<[usize; CACHE]> = const { Cell::new([usize::MAX; CACHE]) };
+}
+
+/// Per device entry, process-wide.
+struct Entry {
+    /// Grant under which this process last registered pending work.
+    registered: AtomicU32,
+    /// Grant last drained by the gate thread.
+    drained: AtomicU32,
+    /// Gate thread running (reset in a forked child).
+    thread: AtomicBool,
+    /// (grant, stream, context) launched on.
+    streams: Mutex<Vec<(u32, usize, usize)>>,
+    /// Queue-bound events, oldest first.
+    events: Mutex<VecDeque<usize>>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ENTRY: Entry = Entry {
+    registered: AtomicU32::new(0),
+    drained: AtomicU32::new(0),
+    thread: AtomicBool::new(false),
+    streams: Mutex::new(Vec::new()),
+    events: Mutex::new(VecDeque::new()),
+};
+static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
+static FORK_HOOK: AtomicBool = AtomicBool::new(false);
+static FAILED_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// The slice entry of the launching thread's device.
+#[inline(always)]
+fn entry_of(g: &crate::state::Gate) -> Option<usize> {
+    if g.slice.limits.device_count() <= 1 {
+        return Some(0);
+    }
+    crate::cuda::current_device().and_then(|d| g.entry(d))
+}
 
 /// Called before the real launch; `Err` is returned to the caller instead of launching.
 #[inline(always)]
-pub(crate) fn before_launch(_stream: CUstream) -> Result<(), CUresult> {
+pub(crate) fn before_launch(stream: CUstream) -> Result<(), CUresult> {
+    let Some(g) = gate() else { return Ok(()) };
+    let Some(e) = entry_of(g) else { return Ok(()) };
+    let Some(word) = g.slice.lease.word(e) else {
+        return Ok(());
+    };
+    let mut w = word.load();
+    if w & LEASE_UNGATED != 0 {
+        return Ok(());
+    }
+    if w & LEASE_HELD == 0 {
+        w = wait_for_lease(g, e);
+        if w & LEASE_UNGATED != 0 {
+            return Ok(());
+        }
+    }
+    let s = stream as usize;
+    if LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
+        held_slow(g, e, w, s);
+    }
+    let mq = g.slice.lease.max_queue(e);
+    if mq > 0 {
+        bound_queue(e, mq as usize);
+    }
     Ok(())
 }
 
 /// Called after the real launch returned.
 #[inline(always)]
-pub(crate) fn after_launch(_stream: CUstream) {}
+pub(crate) fn after_launch(stream: CUstream) {
+    let Some(g) = gate() else { return };
+    let Some(e) = entry_of(g) else { return };
+    if g.slice.lease.max_queue(e) > 0 {
+        record_bound_event(e, stream);
+    }
+}
+
+/// Once per lease word and stream per thread: activity, pending registration, stream set.
+#[cold]
+fn held_slow(g: &crate::state::Gate, e: usize, w: u32, s: usize) {
+    let Some(words) = g.slice.usage.gate_words(e) else {
+        return;
+    };
+    if words.seen.load(Relaxed) != w {
+        words.seen.store(w, Relaxed);
+    }
+    let grant = g.slice.lease.grant(e);
+    let ent = &ENTRIES[e];
+    ensure_thread(e);
+    if ent.registered.swap(grant, AcqRel) != grant {
+        add_pending(words.pending, grant);
+    }
+    let ctx = current_ctx();
+    if let Ok(mut v) = ent.streams.lock() {
+        if !v.iter().any(|&(gr, st, _)| gr == grant && st == s) {
+            v.push((grant, s, ctx));
+        }
+    }
+    if LAST.get() != (w, e) {
+        LAST.set((w, e));
+        STREAMS.set([usize::MAX; CACHE]);
+    }
+    let mut c = STREAMS.get();
+    c.rotate_right(1);
+    c[0] = s;
+    STREAMS.set(c);
+}
+
+fn add_pending(p: &AtomicU64, grant: u32) {
+    let mut cur = p.load(Acquire);
+    loop {
+        let new = if (cur >> 32) as u32 == grant {
+            cur.wrapping_add(1) & (u64::MAX >> 32 | u64::from(grant) << 32)
+        } else {
+            (u64::from(grant) << 32) | 1
+        };
+        match p.compare_exchange_weak(cur, new, AcqRel, Acquire) {
+            Ok(_) => return,
+            Err(x) => cur = x,
+        }
+    }
+}
+
+fn remove_pending(p: &AtomicU64, grant: u32) {
+    let mut cur = p.load(Acquire);
+    loop {
+        if (cur >> 32) as u32 != grant || cur as u32 == 0 {
+            return;
+        }
+        match p.compare_exchange_weak(cur, cur - 1, AcqRel, Acquire) {
+            Ok(_) => return,
+            Err(x) => cur = x,
+        }
+    }
+}
+
+/// Waits until the lease is held (or ungated); returns the word then.
+#[cold]
+fn wait_for_lease(g: &crate::state::Gate, e: usize) -> u32 {
+    let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
+        return LEASE_UNGATED;
+    };
+    if words.demand.fetch_add(1, AcqRel) == 0 {
+        futex_wake(words.demand.as_ptr());
+    }
+    let start = Instant::now();
+    let mut w = word.load();
+    while w & (LEASE_HELD | LEASE_UNGATED) == 0 {
+        if start.elapsed() > FAIL_OPEN {
+            if !FAILED_OPEN.swap(true, Relaxed) {
+                crate::log!(
+                    Level::Error,
+                    "no lease granted for {FAIL_OPEN:?}: the arbiter seems gone; launching anyway"
+                );
+            }
+            w = LEASE_UNGATED;
+            break;
+        }
+        futex_wait(word.as_ptr(), w, Duration::from_millis(200));
+        w = word.load();
+    }
+    words.demand.fetch_sub(1, AcqRel);
+    w
+}
+
+fn futex_wait(addr: *const u32, val: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `addr` is a word of a live shared mapping held by the process-wide gate state for
+    // the life of the process; FUTEX_WAIT only reads it; `ts` outlives the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            addr,
+            libc::FUTEX_WAIT,
+            val,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+fn futex_wake(addr: *const u32) {
+    // SAFETY: FUTEX_WAKE uses the address of a live mapped word as a key only.
+    unsafe {
+        libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+fn current_ctx() -> usize {
+    let Some(f) = crate::real!(cuda_sym cuCtxGetCurrent: fn(*mut CUcontext) -> R) else {
+        return 0;
+    };
+    let mut c: CUcontext = std::ptr::null_mut();
+    // SAFETY: the real cuCtxGetCurrent writes one handle to a valid pointer.
+    unsafe { f(&mut c) };
+    c as usize
+}
+
+extern "C" fn after_fork_child() {
+    for ent in &ENTRIES {
+        ent.thread.store(false, Relaxed);
+        ent.registered.store(0, Relaxed);
+        ent.drained.store(0, Relaxed);
+        if let Ok(mut v) = ent.streams.try_lock() {
+            v.clear();
+        }
+        if let Ok(mut v) = ent.events.try_lock() {
+            v.clear();
+        }
+    }
+}
+
+/// Starts the gate thread of entry `e` once per process.
+fn ensure_thread(e: usize) {
+    let ent = &ENTRIES[e];
+    if ent.thread.load(Acquire) || ent.thread.swap(true, AcqRel) {
+        return;
+    }
+    if !FORK_HOOK.swap(true, AcqRel) {
+        // SAFETY: registers a plain extern "C" handler that only touches atomics and try-locks.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    }
+    let r = std::thread::Builder::new()
+        .name(format!("gpuslice-gate{e}"))
+        .spawn(move || gate_thread(e));
+    if let Err(err) = r {
+        crate::log!(Level::Error, "cannot start the launch-gate thread: {err}");
+    }
+}
+
+/// Drains the process's work after each revoke of entry `e`'s lease.
+fn gate_thread(e: usize) {
+    let Some(g) = gate() else { return };
+    let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
+        return;
+    };
+    let ent = &ENTRIES[e];
+    loop {
+        let w = word.load();
+        let grant = ent.registered.load(Acquire);
+        if w & (LEASE_HELD | LEASE_UNGATED) == 0
+            && grant != 0
+            && ent.drained.load(Acquire) != grant
+        {
+            let mine: Vec<(u32, usize, usize)> = match ent.streams.lock() {
+                Ok(mut v) => {
+                    let (take, keep) = v.drain(..).partition(|&(gr, _, _)| gr == grant);
+                    *v = keep;
+                    take
+                }
+                Err(_) => Vec::new(),
+            };
+            for (_, s, ctx) in mine {
+                drain(s, ctx);
+            }
+            ent.drained.store(grant, Release);
+            remove_pending(words.pending, grant);
+            // The low half of `pending` is the arbiter's futex word.
+            futex_wake(words.pending.as_ptr().cast::<u32>());
+            continue;
+        }
+        futex_wait(word.as_ptr(), w, Duration::from_secs(1));
+    }
+}
+
+/// Waits for the work queued on `stream` (in context `ctx`) so far.
+fn drain(stream: usize, ctx: usize) {
+    if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent: fn(CUcontext) -> R) {
+        // SAFETY: `ctx` is a context handle the driver returned to a launching thread; a
+        // destroyed context makes the call fail, which is ignored.
+        unsafe { set(ctx as CUcontext) };
+    }
+    if stream == 0 || stream == CU_STREAM_LEGACY_HANDLE || stream == 2 {
+        // Default streams (legacy or another thread's per-thread stream): the whole context.
+        if let Some(f) = crate::real!(cuda_sym cuCtxSynchronize: fn() -> R) {
+            // SAFETY: no arguments; synchronises the current context.
+            unsafe { f() };
+        }
+        return;
+    }
+    let (Some(create), Some(record), Some(sync), Some(destroy)) = (
+        crate::real!(cuda_sym cuEventCreate: fn(*mut CUevent, u32) -> R),
+        crate::real!(cuda_sym cuEventRecord: fn(CUevent, CUstream) -> R),
+        crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R),
+        crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R),
+    ) else {
+        return;
+    };
+    let mut ev: CUevent = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; flags are a documented value.
+    if unsafe { create(&mut ev, CU_EVENT_DISABLE_TIMING) } != CUDA_SUCCESS {
+        return;
+    }
+    // SAFETY: `ev` was just created; `stream` is a handle the application launched on (a
+    // destroyed stream makes the record fail, and then nothing is waited for).
+    if unsafe { record(ev, stream as CUstream) } == CUDA_SUCCESS {
+        // SAFETY: `ev` is a live event.
+        unsafe { sync(ev) };
+    }
+    // SAFETY: `ev` is a live event, destroyed once.
+    unsafe { destroy(ev) };
+}
+
+/// Waits for the event `max` launches back before another launch.
+fn bound_queue(e: usize, max: usize) {
+    let oldest = match ENTRIES[e].events.lock() {
+        Ok(mut q) if q.len() >= max => q.pop_front(),
+        _ => None,
+    };
+    if let Some(ev) = oldest {
+        if let (Some(sync), Some(destroy)) = (
+            crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R),
+            crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R),
+        ) {
+            // SAFETY: `ev` is a live event this process created and recorded, used once here.
+            unsafe {
+                sync(ev as CUevent);
+                destroy(ev as CUevent);
+            }
+        }
+    }
+}
+
+/// Records a queue-bound event after a launch on `stream`.
+fn record_bound_event(e: usize, stream: CUstream) {
+    let (Some(create), Some(record)) = (
+        crate::real!(cuda_sym cuEventCreate: fn(*mut CUevent, u32) -> R),
+        crate::real!(cuda_sym cuEventRecord: fn(CUevent, CUstream) -> R),
+    ) else {
+        return;
+    };
+    let mut ev: CUevent = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; documented flags.
+    if unsafe { create(&mut ev, CU_EVENT_DISABLE_TIMING) } != CUDA_SUCCESS {
+        return;
+    }
+    // SAFETY: `ev` is live; `stream` is the stream the caller just launched on.
+    if unsafe { record(ev, stream) } != CUDA_SUCCESS {
+        if let Some(destroy) = crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R) {
+            // SAFETY: `ev` is live and destroyed once.
+            unsafe { destroy(ev) };
+        }
+        return;
+    }
+    if let Ok(mut q) = ENTRIES[e].events.lock() {
+        q.push_back(ev as usize);
+    }
+}
