@@ -5,8 +5,10 @@
 pub mod admission;
 pub mod fit;
 pub mod inventory;
+pub mod metrics;
 pub mod nvml;
 pub mod placement;
+pub mod reclaim;
 pub mod server;
 pub mod store;
 

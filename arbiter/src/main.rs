@@ -92,6 +92,22 @@ fn run(cli: Cli) -> Result<()> {
     let sock = config.state_dir.join(SOCKET_NAME);
     let listener = bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
     tracing::info!("serving {}", sock.display());
-    serve(listener, Arc::new(Mutex::new(state)))?;
+    let state = Arc::new(Mutex::new(state));
+    gpuslice_arbiter::reclaim::spawn(
+        Arc::clone(&state),
+        gpuslice_arbiter::reclaim::ReclaimConfig::new(&config.state_dir),
+    )
+    .context("starting the reclaim loop")?;
+    if config.metrics.enabled {
+        let src = gpuslice_arbiter::metrics::Sources {
+            state: Arc::clone(&state),
+            state_dir: config.state_dir.clone(),
+            sched: None,
+        };
+        let addr = gpuslice_arbiter::metrics::spawn(config.metrics.listen, src)
+            .with_context(|| format!("metrics: binding {}", config.metrics.listen))?;
+        tracing::info!("metrics on http://{addr}/metrics");
+    }
+    serve(listener, state)?;
     Ok(())
 }

@@ -69,7 +69,10 @@ impl State {
             } => {
                 let mut next = self.admission.clone();
                 match next.admit(&slice_id, request, owner) {
-                    Err(e) => error(e.code(), e.to_string()),
+                    Err(e) => {
+                        crate::metrics::counters().add_refusal(e.code());
+                        error(e.code(), e.to_string())
+                    }
                     Ok(got) => {
                         if !got.existing {
                             let Some(rec) = next.slice(&slice_id) else {
@@ -82,6 +85,10 @@ impl State {
                                     format!("cannot write the slice record: {e}"),
                                 );
                             }
+                            crate::reclaim::record_owner_at_admit(
+                                &self.store.slice_dir(&slice_id),
+                                &rec.owner,
+                            );
                             self.admission = next;
                         }
                         Response::Admitted {

@@ -1,0 +1,461 @@
+//! Prometheus metrics: the node-wide event counters the rest of the arbiter bumps
+//! ([`counters`]: admission refusals, reclaimed processes, slices released by reclaim), the
+//! rendering of a scrape from the admission state, the slices' `usage` files and the scheduler's
+//! figures ([`render`]), and a tiny HTTP server on a std `TcpListener` that answers only
+//! `GET /metrics` and `GET /healthz` ([`serve`]). A scrape is rare (every 15–60 s) and small, so a
+//! thread per connection with short timeouts is all it needs; no async runtime or HTTP crate.
+//!
+//! Encoding is the `prometheus-client` crate's Prometheus text format 0.0.4. Metric names and
+//! labels: `docs/metrics.md`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use gpuslice_api::{ErrorCode, SliceStatus};
+use gpuslice_region::{Limits, Usage};
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::server::State;
+
+type Labels = Vec<(String, String)>;
+
+/// Event counters (process-wide, monotonic).
+#[derive(Debug, Default)]
+pub struct Counters {
+    refusals: Mutex<BTreeMap<String, u64>>,
+    reclaimed_by_slice: Mutex<BTreeMap<String, u64>>,
+    reclaimed: AtomicU64,
+    released_by_reclaim: AtomicU64,
+}
+
+/// The process's counters.
+pub fn counters() -> &'static Counters {
+    static C: OnceLock<Counters> = OnceLock::new();
+    C.get_or_init(Counters::default)
+}
+
+fn code_name(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::BadRequest => "bad_request",
+        ErrorCode::Version => "version",
+        ErrorCode::Refused => "refused",
+        ErrorCode::NotFound => "not_found",
+        ErrorCode::Conflict => "conflict",
+        ErrorCode::Internal => "internal",
+    }
+}
+
+impl Counters {
+    /// An admit was refused with `code`.
+    pub fn add_refusal(&self, code: ErrorCode) {
+        *self
+            .refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(code_name(code).to_string())
+            .or_default() += 1;
+    }
+
+    /// Reclaim freed `n` records of dead processes in `slice`.
+    pub fn add_reclaimed(&self, slice: &str, n: u64) {
+        self.reclaimed.fetch_add(n, Ordering::Relaxed);
+        *self
+            .reclaimed_by_slice
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(slice.to_string())
+            .or_default() += n;
+    }
+
+    /// Reclaim released a slice whose owner is gone.
+    pub fn add_released_by_reclaim(&self) {
+        self.released_by_reclaim.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Refusals so far, by error code.
+    pub fn refusals(&self) -> BTreeMap<String, u64> {
+        self.refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Processes reclaimed so far (node total).
+    pub fn reclaimed(&self) -> u64 {
+        self.reclaimed.load(Ordering::Relaxed)
+    }
+
+    /// Slices released by reclaim so far.
+    pub fn released_by_reclaim(&self) -> u64 {
+        self.released_by_reclaim.load(Ordering::Relaxed)
+    }
+}
+
+/// The scheduler's figures for one slice on one device (filled from the scheduler's status
+/// where it runs; absent figures are not exported rather than exported as zero).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedSlice {
+    /// The slice.
+    pub slice_id: String,
+    /// Achieved share over the last 1 s, 0–1.
+    pub achieved_1s: f64,
+    /// Achieved share over the last 10 s, 0–1.
+    pub achieved_10s: f64,
+    /// Leases granted to the slice so far.
+    pub handoffs: u64,
+    /// Total time the slice's launches waited for the lease.
+    pub wait: Duration,
+}
+
+/// The scheduler's figures for one device.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedDevice {
+    /// NVML index.
+    pub index: u32,
+    /// Lease hand-offs on the device so far.
+    pub handoffs: u64,
+    /// Per slice.
+    pub slices: Vec<SchedSlice>,
+}
+
+/// Where scrapes get scheduler figures from (`None`: no scheduler, nothing exported).
+pub type SchedSource = Arc<dyn Fn() -> Vec<SchedDevice> + Send + Sync>;
+
+/// What a scrape reads.
+#[derive(Clone)]
+pub struct Sources {
+    /// The arbiter state (admission).
+    pub state: Arc<Mutex<State>>,
+    /// The state directory (slice `usage` files).
+    pub state_dir: PathBuf,
+    /// Scheduler figures, when a scheduler runs.
+    pub sched: Option<SchedSource>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("state_dir", &self.state_dir)
+            .field("sched", &self.sched.is_some())
+            .finish()
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
+    Family::default()
+}
+
+/// Measured use of a slice (bytes per slice device, live processes) from its `usage` file,
+/// validated and clamped by the region crate. `None` without region files.
+pub fn slice_usage(dir: &Path, slice: &SliceStatus) -> Option<(Vec<u64>, usize)> {
+    let limits = Limits::open(dir).ok()?;
+    let n = limits.device_count().min(slice.devices.len());
+    let usage = Usage::open_read_only(dir, n).ok()?;
+    let caps: Vec<u64> = (0..n).map(|d| limits.memory_cap(d)).collect();
+    let snap = usage.snapshot(&caps);
+    Some((snap.used, snap.processes.len()))
+}
+
+/// Renders one scrape in the Prometheus text format.
+pub fn render(src: &Sources) -> String {
+    let (status, slices) = {
+        let st = src.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let status = st.admission().status();
+        let slices = status.slices.clone();
+        (status, slices)
+    };
+    let mut reg = Registry::default();
+
+    let dev_total = gauge_family();
+    let dev_committed = gauge_family();
+    let dev_guaranteed = gauge_family();
+    let dev_slices = gauge_family();
+    for d in &status.devices {
+        let l = labels(&[
+            ("device", &d.index.to_string()),
+            ("uuid", &d.uuid),
+            ("name", &d.name),
+        ]);
+        dev_total.get_or_create(&l).set(d.memory_total as f64);
+        let l = labels(&[("device", &d.index.to_string()), ("uuid", &d.uuid)]);
+        dev_committed
+            .get_or_create(&l)
+            .set(d.memory_committed as f64);
+        dev_guaranteed
+            .get_or_create(&l)
+            .set(f64::from(d.compute_guaranteed) / 100.0);
+        dev_slices.get_or_create(&l).set(d.slices.len() as f64);
+    }
+
+    let cap = gauge_family();
+    let used = gauge_family();
+    let procs = gauge_family();
+    let guarantee = gauge_family();
+    let limit = gauge_family();
+    for s in &slices {
+        let measured = slice_usage(&src.state_dir.join(&s.slice_id), s);
+        if let Some((_, n)) = &measured {
+            procs
+                .get_or_create(&labels(&[("slice", &s.slice_id)]))
+                .set(*n as f64);
+        }
+        for (i, d) in s.devices.iter().enumerate() {
+            let l = labels(&[
+                ("slice", &s.slice_id),
+                ("device", &d.index.to_string()),
+                ("uuid", &d.uuid),
+            ]);
+            if let Some(c) = d.memory_cap {
+                cap.get_or_create(&l).set(c as f64);
+            }
+            if let Some(u) = measured.as_ref().and_then(|(u, _)| u.get(i)) {
+                used.get_or_create(&l).set(*u as f64);
+            }
+            guarantee
+                .get_or_create(&l)
+                .set(f64::from(s.request.compute.unwrap_or(0)) / 100.0);
+            limit
+                .get_or_create(&l)
+                .set(f64::from(s.request.compute_limit.unwrap_or(100)) / 100.0);
+        }
+    }
+
+    reg.register(
+        "gpuslice_device_memory_total_bytes",
+        "Device memory",
+        dev_total,
+    );
+    reg.register(
+        "gpuslice_device_memory_committed_bytes",
+        "Memory promised to slices on the device: caps plus context reserves",
+        dev_committed,
+    );
+    reg.register(
+        "gpuslice_device_compute_guaranteed_ratio",
+        "Sum of guaranteed compute shares on the device (0-1)",
+        dev_guaranteed,
+    );
+    reg.register(
+        "gpuslice_device_slices",
+        "Slices placed on the device",
+        dev_slices,
+    );
+    reg.register(
+        "gpuslice_slice_memory_cap_bytes",
+        "Memory cap of the slice on the device (absent: uncapped)",
+        cap,
+    );
+    reg.register(
+        "gpuslice_slice_memory_used_bytes",
+        "Memory the slice's live processes hold on the device (from its usage file, clamped to the cap)",
+        used,
+    );
+    reg.register(
+        "gpuslice_slice_processes",
+        "Live processes of the slice with a usage record",
+        procs,
+    );
+    reg.register(
+        "gpuslice_slice_compute_guarantee_ratio",
+        "Guaranteed share of the device's time (0-1; 0 = best effort)",
+        guarantee,
+    );
+    reg.register(
+        "gpuslice_slice_compute_limit_ratio",
+        "Ceiling on the share of the device's time (0-1)",
+        limit,
+    );
+
+    if let Some(sched) = &src.sched {
+        let achieved = gauge_family();
+        let handoffs: Family<Labels, Counter> = Family::default();
+        let wait: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
+        let dev_handoffs: Family<Labels, Counter> = Family::default();
+        for d in sched() {
+            let di = d.index.to_string();
+            dev_handoffs
+                .get_or_create(&labels(&[("device", &di)]))
+                .inc_by(d.handoffs);
+            for s in &d.slices {
+                for (w, v) in [("1s", s.achieved_1s), ("10s", s.achieved_10s)] {
+                    achieved
+                        .get_or_create(&labels(&[
+                            ("slice", &s.slice_id),
+                            ("device", &di),
+                            ("window", w),
+                        ]))
+                        .set(v);
+                }
+                let l = labels(&[("slice", &s.slice_id), ("device", &di)]);
+                handoffs.get_or_create(&l).inc_by(s.handoffs);
+                wait.get_or_create(&l).inc_by(s.wait.as_secs_f64());
+            }
+        }
+        reg.register(
+            "gpuslice_slice_achieved_share_ratio",
+            "Share of the device's time the slice used over the window (0-1)",
+            achieved,
+        );
+        reg.register(
+            "gpuslice_device_lease_handoffs",
+            "Lease grants on the device",
+            dev_handoffs,
+        );
+        reg.register(
+            "gpuslice_slice_lease_handoffs",
+            "Leases granted to the slice",
+            handoffs,
+        );
+        reg.register(
+            "gpuslice_slice_lease_wait_seconds",
+            "Time the slice's launches waited for the lease",
+            wait,
+        );
+    }
+
+    let c = counters();
+    let refusals: Family<Labels, Counter> = Family::default();
+    for (code, n) in c.refusals() {
+        refusals
+            .get_or_create(&labels(&[("code", &code)]))
+            .inc_by(n);
+    }
+    reg.register(
+        "gpuslice_admission_refusals",
+        "Admit requests refused, by error code",
+        refusals,
+    );
+    let live: BTreeSet<&str> = slices.iter().map(|s| s.slice_id.as_str()).collect();
+    let by_slice: Family<Labels, Counter> = Family::default();
+    for (id, n) in c
+        .reclaimed_by_slice
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+    {
+        if live.contains(id.as_str()) {
+            by_slice.get_or_create(&labels(&[("slice", id)])).inc_by(*n);
+        }
+    }
+    reg.register(
+        "gpuslice_slice_reclaimed_processes",
+        "Usage records of dead processes freed in the slice by the arbiter",
+        by_slice,
+    );
+    let total: Counter = Counter::default();
+    total.inc_by(c.reclaimed());
+    reg.register(
+        "gpuslice_reclaimed_processes",
+        "Usage records of dead processes freed by the arbiter (all slices, ever)",
+        total,
+    );
+    let released: Counter = Counter::default();
+    released.inc_by(c.released_by_reclaim());
+    reg.register(
+        "gpuslice_reclaim_released_slices",
+        "Slices released because their owner process or cgroup was gone",
+        released,
+    );
+    let n_slices: Gauge = Gauge::default();
+    n_slices.set(slices.len() as i64);
+    reg.register("gpuslice_slices", "Admitted slices", n_slices);
+
+    let mut out = String::new();
+    if prometheus_text::encode(&mut out, &reg).is_err() {
+        out.clear();
+    }
+    out
+}
+
+fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> io::Result<()> {
+    write!(
+        s,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    s.flush()
+}
+
+/// Answers one HTTP request: `GET /metrics`, `GET /healthz`; anything else 404 / 405.
+pub fn serve_connection(mut stream: TcpStream, src: &Sources) -> io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.by_ref().take(8192).read_line(&mut line)?;
+    // Drain the headers (bounded) so the client sees a clean close.
+    let mut budget = 64;
+    loop {
+        let mut h = String::new();
+        let n = reader.by_ref().take(8192).read_line(&mut h)?;
+        budget -= 1;
+        if n == 0 || h == "\r\n" || h == "\n" || budget == 0 {
+            break;
+        }
+    }
+    let mut parts = line.split_ascii_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let text = "text/plain; charset=utf-8";
+    match (method, path) {
+        ("GET", "/metrics") => respond(
+            &mut stream,
+            "200 OK",
+            prometheus_text::CONTENT_TYPE,
+            &render(src),
+        ),
+        ("GET", "/healthz") => respond(&mut stream, "200 OK", text, "ok\n"),
+        ("GET", _) => respond(&mut stream, "404 Not Found", text, "not found\n"),
+        _ => respond(
+            &mut stream,
+            "405 Method Not Allowed",
+            text,
+            "only GET /metrics and GET /healthz\n",
+        ),
+    }
+}
+
+use std::io::Read as _;
+
+/// Serves metrics on `listener` forever, one thread per connection.
+pub fn serve(listener: TcpListener, src: Sources) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(s) => {
+                let src = src.clone();
+                std::thread::spawn(move || {
+                    if let Err(e) = serve_connection(s, &src) {
+                        tracing::debug!("metrics connection: {e}");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("metrics accept failed: {e}"),
+        }
+    }
+}
+
+/// Binds `addr` and serves metrics on a background thread. Returns the bound address.
+pub fn spawn(addr: std::net::SocketAddr, src: Sources) -> io::Result<std::net::SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || serve(listener, src))?;
+    Ok(bound)
+}

@@ -1,0 +1,241 @@
+//! The metrics endpoint: a real HTTP scrape of `/metrics` on an ephemeral loopback port, parsed
+//! line by line as Prometheus text; `/healthz`, 404 and 405; refusal counters bumped by the
+//! control path; scheduler figures exported only when a scheduler source is given.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use gpuslice_api::{Owner, Request, Response, SliceRequest};
+use gpuslice_arbiter::metrics::{self, SchedDevice, SchedSlice, Sources};
+use gpuslice_arbiter::server::State;
+use gpuslice_arbiter::store::Store;
+use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
+use gpuslice_region::{create_slice, DeviceSpec, SliceSpec, Usage};
+
+const GI: u64 = 1 << 30;
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("gs-h8m-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn state(dir: &Path) -> Arc<Mutex<State>> {
+    let devs =
+        StaticInventory::fake(&[("NVIDIA H100 80GB", 80 * GI), ("NVIDIA A100 40GB", 40 * GI)])
+            .devices()
+            .unwrap();
+    let (st, _) = State::open(devs, Policy::default(), Store::open(dir).unwrap()).unwrap();
+    Arc::new(Mutex::new(st))
+}
+
+fn get(addr: std::net::SocketAddr, line: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "{line}\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.to_string(), body.to_string())
+}
+
+/// `name{labels} value` lines → map from `name{labels}` to value; checks every line parses.
+fn parse(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        if line.starts_with("# HELP ") || line.starts_with("# TYPE ") || line.is_empty() {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unexpected comment {line:?}");
+        let (key, value) = line.rsplit_once(' ').unwrap();
+        let v: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value in {line:?}"));
+        let name = key.split('{').next().unwrap();
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "bad name {name:?}"
+        );
+        out.insert(key.to_string(), v);
+    }
+    out
+}
+
+#[test]
+fn scrape_parses_and_carries_the_numbers() {
+    let tmp = TempDir::new("scrape");
+    let st = state(&tmp.0);
+    let mut req = SliceRequest::default();
+    req.memory = Some("4Gi".parse().unwrap());
+    req.compute = Some(30);
+    req.compute_limit = Some(60);
+    let dir = match st.lock().unwrap().handle(Request::Admit {
+        slice_id: "job1".into(),
+        request: req,
+        owner: Owner::default(),
+    }) {
+        Response::Admitted { slice_dir, .. } => slice_dir,
+        other => panic!("{other:?}"),
+    };
+    // A refusal: 100 GiB fits nowhere.
+    let mut big = SliceRequest::default();
+    big.memory = Some("100Gi".parse().unwrap());
+    let r = st.lock().unwrap().handle(Request::Admit {
+        slice_id: "big".into(),
+        request: big,
+        owner: Owner::default(),
+    });
+    assert!(matches!(r, Response::Error { .. }));
+    // Usage: this process holds 1 GiB in the slice.
+    let dev = st
+        .lock()
+        .unwrap()
+        .admission()
+        .slice("job1")
+        .unwrap()
+        .devices[0]
+        .clone();
+    let spec = SliceSpec {
+        devices: vec![DeviceSpec {
+            host_index: dev.index,
+            uuid: dev.uuid.clone(),
+            memory_cap: 4 * GI,
+            device_total: dev.memory_total,
+            ..DeviceSpec::default()
+        }],
+        flags: 0,
+    };
+    let _ = create_slice(&dir, &spec, false).unwrap();
+    let usage = Usage::open(&dir, 1).unwrap();
+    let start = gpuslice_region::liveness::self_start_time().unwrap();
+    let rec = usage.claim(std::process::id(), start).unwrap();
+    usage.reserve(rec, 0, GI, 4 * GI).unwrap();
+
+    let sched: metrics::SchedSource = Arc::new(move || {
+        vec![SchedDevice {
+            index: dev.index,
+            handoffs: 42,
+            slices: vec![SchedSlice {
+                slice_id: "job1".into(),
+                achieved_1s: 0.25,
+                achieved_10s: 0.3,
+                handoffs: 21,
+                wait: std::time::Duration::from_millis(1500),
+            }],
+        }]
+    });
+    let src = Sources {
+        state: Arc::clone(&st),
+        state_dir: tmp.0.clone(),
+        sched: Some(sched),
+    };
+    let addr = metrics::spawn("127.0.0.1:0".parse().unwrap(), src).unwrap();
+    let (head, body) = get(addr, "GET /metrics HTTP/1.1");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let m = parse(&body);
+    let idx = st
+        .lock()
+        .unwrap()
+        .admission()
+        .slice("job1")
+        .unwrap()
+        .devices[0]
+        .index;
+    let uuid = st
+        .lock()
+        .unwrap()
+        .admission()
+        .slice("job1")
+        .unwrap()
+        .devices[0]
+        .uuid
+        .clone();
+    let sl = format!("slice=\"job1\",device=\"{idx}\",uuid=\"{uuid}\"");
+    assert_eq!(
+        m[&format!("gpuslice_slice_memory_cap_bytes{{{sl}}}")],
+        (4 * GI) as f64
+    );
+    assert_eq!(
+        m[&format!("gpuslice_slice_memory_used_bytes{{{sl}}}")],
+        GI as f64
+    );
+    assert_eq!(
+        m[&format!("gpuslice_slice_compute_guarantee_ratio{{{sl}}}")],
+        0.3
+    );
+    assert_eq!(
+        m[&format!("gpuslice_slice_compute_limit_ratio{{{sl}}}")],
+        0.6
+    );
+    assert_eq!(m["gpuslice_slice_processes{slice=\"job1\"}"], 1.0);
+    assert_eq!(m["gpuslice_slices"], 1.0);
+    assert!(m["gpuslice_admission_refusals_total{code=\"refused\"}"] >= 1.0);
+    assert_eq!(
+        m[&format!(
+            "gpuslice_slice_achieved_share_ratio{{slice=\"job1\",device=\"{idx}\",window=\"1s\"}}"
+        )],
+        0.25
+    );
+    assert_eq!(
+        m[&format!("gpuslice_slice_lease_handoffs_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        21.0
+    );
+    assert_eq!(
+        m[&format!("gpuslice_slice_lease_wait_seconds_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        1.5
+    );
+    assert_eq!(
+        m[&format!("gpuslice_device_lease_handoffs_total{{device=\"{idx}\"}}")],
+        42.0
+    );
+    assert!(m.contains_key("gpuslice_reclaimed_processes_total"));
+    assert!(m.contains_key("gpuslice_reclaim_released_slices_total"));
+    let committed: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("gpuslice_device_memory_committed_bytes"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(committed, (4 * GI + (512 << 20)) as f64);
+
+    let (head, body) = get(addr, "GET /healthz HTTP/1.1");
+    assert!(head.starts_with("HTTP/1.1 200") && body == "ok\n");
+    let (head, _) = get(addr, "GET /other HTTP/1.1");
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    let (head, _) = get(addr, "POST /metrics HTTP/1.1");
+    assert!(head.starts_with("HTTP/1.1 405"), "{head}");
+}
+
+#[test]
+fn without_scheduler_no_share_metrics_are_invented() {
+    let tmp = TempDir::new("nosched");
+    let st = state(&tmp.0);
+    let src = Sources {
+        state: st,
+        state_dir: tmp.0.clone(),
+        sched: None,
+    };
+    let text = metrics::render(&src);
+    let m = parse(&text);
+    assert!(m
+        .keys()
+        .all(|k| !k.contains("achieved") && !k.contains("lease_")));
+    assert_eq!(m["gpuslice_slices"], 0.0);
+    assert_eq!(
+        m.keys()
+            .filter(|k| k.starts_with("gpuslice_device_memory_total_bytes"))
+            .count(),
+        2
+    );
+}
