@@ -220,17 +220,22 @@ fn elapsed(out: *mut c_float, start: CUevent, end: CUevent) -> Result<(), CUresu
     if a.flags & CU_EVENT_DISABLE_TIMING != 0 || b.flags & CU_EVENT_DISABLE_TIMING != 0 {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
-    let (sa, sb) = (lock(&a.st), lock(&b.st));
-    if sa.captured.is_some() || sb.captured.is_some() {
+    // One lock at a time: `start` and `end` may be the same event.
+    let snap = |e: &Event| {
+        let st = lock(&e.st);
+        (st.issued, st.done, st.time_ns, st.captured.is_some())
+    };
+    let (sa, sb) = (snap(&a), snap(&b));
+    if sa.3 || sb.3 {
         return Err(CUDA_ERROR_CAPTURED_EVENT);
     }
-    if sa.issued == 0 || sb.issued == 0 {
+    if sa.0 == 0 || sb.0 == 0 {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
-    if sa.done < sa.issued || sb.done < sb.issued {
+    if sa.1 < sa.0 || sb.1 < sb.0 {
         return Err(CUDA_ERROR_NOT_READY);
     }
-    let ms = (sb.time_ns as f64 - sa.time_ns as f64) / 1e6;
+    let ms = (sb.2 as f64 - sa.2 as f64) / 1e6;
     // SAFETY: null-checked above; the caller provides a writable float.
     unsafe { out.write(ms as c_float) };
     Ok(())
