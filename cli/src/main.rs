@@ -1,7 +1,160 @@
-//! `gpuslice`: not built yet. This placeholder refuses to run so nothing pretends to work;
-//! the real binary is tracked in issue #4.
+//! `gpuslice`: the admin CLI. `run` (a bare process in a slice), `status` (table / JSON /
+//! watch), `update` (live resize); `cdi generate`, `configure`, `doctor` are declared and say
+//! they are not built yet. Reference: `docs/cli.md`.
+
+use std::path::PathBuf;
+use std::process::exit;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use gpuslice_api::config::DEFAULT_CONFIG_PATH;
+use gpuslice_api::{Config, Request, Response};
+use gpuslice_cli::args::{CdiCommand, Cli, Command, StatusArgs, UpdateArgs};
+use gpuslice_cli::client::Client;
+use gpuslice_cli::options;
+use gpuslice_cli::run::{self, RunPlan};
+use gpuslice_cli::status::StatusView;
+
+/// Usage errors and not-implemented commands.
+const EXIT_USAGE: i32 = 2;
 
 fn main() {
-    eprintln!("gpuslice: not implemented yet (tracked in issue #4); refusing to run");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    let code = match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpuslice: {e:#}");
+            1
+        }
+    };
+    exit(code);
+}
+
+fn load(cli: &Cli) -> Result<(Config, PathBuf)> {
+    let (path, explicit) = match &cli.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+    };
+    let config = Config::load(&path, explicit)?;
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| config.state_dir.clone());
+    Ok((config, state_dir))
+}
+
+fn not_implemented(what: &str) -> Result<i32> {
+    eprintln!("gpuslice {what}: not implemented yet (issue #6)");
+    Ok(EXIT_USAGE)
+}
+
+fn dispatch(cli: Cli) -> Result<i32> {
+    match &cli.command {
+        Command::Cdi {
+            command: CdiCommand::Generate { .. },
+        } => return not_implemented("cdi generate"),
+        Command::Configure { .. } => return not_implemented("configure"),
+        Command::Doctor { .. } => return not_implemented("doctor"),
+        _ => {}
+    }
+    let (config, state_dir) = match load(&cli) {
+        Ok(v) => v,
+        Err(e) if matches!(cli.command, Command::Run(_)) => {
+            eprintln!("gpuslice run: {e:#}");
+            return Ok(run::EXIT_FAILED);
+        }
+        Err(e) => return Err(e),
+    };
+    match cli.command {
+        Command::Run(args) => {
+            let request = match options::slice_request(&args) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("gpuslice run: {e}");
+                    return Ok(EXIT_USAGE);
+                }
+            };
+            Ok(run::run(RunPlan {
+                state_dir,
+                interposer: run::interposer_path(config.interposer.as_deref()),
+                request,
+                command: args.command,
+            }))
+        }
+        Command::Status(args) => status(&state_dir, &args),
+        Command::Update(args) => update(&state_dir, &args),
+        Command::Cdi { .. } | Command::Configure { .. } | Command::Doctor { .. } => Ok(EXIT_USAGE),
+    }
+}
+
+fn fetch(state_dir: &std::path::Path) -> Result<StatusView> {
+    let mut client = Client::connect(state_dir)?;
+    match client.call(Request::Status)? {
+        Response::Status(s) => Ok(StatusView::build(&s, state_dir)),
+        Response::Error { message, .. } => anyhow::bail!("status: {message}"),
+        other => anyhow::bail!("status: unexpected reply {other:?}"),
+    }
+}
+
+fn status(state_dir: &std::path::Path, args: &StatusArgs) -> Result<i32> {
+    loop {
+        let view = fetch(state_dir);
+        let text = match (&view, args.json) {
+            (Ok(v), true) => v.to_json() + "\n",
+            (Ok(v), false) => v.render(),
+            (Err(e), _) if !args.watch => return Err(anyhow::anyhow!("{e:#}")),
+            (Err(e), _) => format!("gpuslice: {e:#}\n"),
+        };
+        if !args.watch {
+            print!("{text}");
+            return Ok(0);
+        }
+        // Clear the screen and home the cursor, as top does; Ctrl-C ends it.
+        print!(
+            "\x1b[H\x1b[2Jgpuslice status — every {:?} — {}\n\n{text}",
+            args.interval,
+            state_dir.display()
+        );
+        use std::io::Write as _;
+        std::io::stdout().flush().context("stdout")?;
+        std::thread::sleep(args.interval);
+    }
+}
+
+fn update(state_dir: &std::path::Path, args: &UpdateArgs) -> Result<i32> {
+    let request = match options::update_request(&args.slice, &args.request) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpuslice update: {e}");
+            return Ok(EXIT_USAGE);
+        }
+    };
+    let mut client = Client::connect(state_dir)?;
+    match client.call(request)? {
+        Response::Updated {
+            slice_id,
+            devices,
+            warnings,
+        } => {
+            println!("updated slice {slice_id}");
+            for d in devices {
+                let cap = d
+                    .memory_cap
+                    .map_or("none".to_string(), gpuslice_cli::status::bytes);
+                println!(
+                    "  GPU {} {} ({}): memory cap {cap}",
+                    d.index, d.name, d.uuid
+                );
+            }
+            for w in warnings {
+                eprintln!("warning: {w}");
+            }
+            Ok(0)
+        }
+        Response::Error { message, .. } => {
+            eprintln!("gpuslice update: {message}");
+            Ok(1)
+        }
+        other => anyhow::bail!("update: unexpected reply {other:?}"),
+    }
 }

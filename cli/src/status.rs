@@ -1,0 +1,219 @@
+//! `gpuslice status`: the view of the node ([`StatusView`]) built from the arbiter's `status`
+//! reply plus each slice's `usage` file (memory in use, live processes — read through the region
+//! crate's validated snapshot), and its rendering as a table per device or as JSON.
+//!
+//! Achieved shares come from the scheduler; until the `status` reply carries them they are
+//! `null` in JSON and `n/a` in the table — never an invented number.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use gpuslice_api::{NodeStatus, Priority};
+use gpuslice_region::{Limits, Usage};
+use serde::{Deserialize, Serialize};
+
+/// One slice on one device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SliceRow {
+    /// Slice id.
+    pub slice_id: String,
+    /// Cap on this device, bytes (`None` = uncapped).
+    pub memory_cap: Option<u64>,
+    /// Bytes its live processes hold on this device (`None` = no usage file readable).
+    pub memory_used: Option<u64>,
+    /// Guaranteed share, percent (`None` = best effort).
+    pub compute_guaranteed: Option<u8>,
+    /// Ceiling, percent.
+    pub compute_limit: u8,
+    /// Share achieved over the last 1 s, percent (`None` = not reported).
+    pub achieved_1s: Option<f64>,
+    /// Over the last 10 s.
+    pub achieved_10s: Option<f64>,
+    /// Priority.
+    pub priority: Priority,
+    /// Pids of live processes with a usage record (`None` = unknown).
+    pub processes: Option<Vec<u32>>,
+}
+
+/// One device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceView {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Name.
+    pub name: String,
+    /// Total memory, bytes.
+    pub memory_total: u64,
+    /// Caps plus context reserves promised on it.
+    pub memory_committed: u64,
+    /// Sum of guarantees, percent.
+    pub compute_guaranteed: u32,
+    /// Its slices.
+    pub slices: Vec<SliceRow>,
+}
+
+/// The whole node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusView {
+    /// Every device.
+    pub devices: Vec<DeviceView>,
+}
+
+/// Measured use of the slice in `dir`: per slice device (bytes, pids), or `None`.
+fn measured(dir: &Path, devices: usize) -> Option<(Vec<u64>, Vec<u32>)> {
+    let limits = Limits::open(dir).ok()?;
+    let n = limits.device_count().min(devices);
+    let usage = Usage::open_read_only(dir, n).ok()?;
+    let caps: Vec<u64> = (0..n).map(|d| limits.memory_cap(d)).collect();
+    let snap = usage.snapshot(&caps);
+    let pids = snap.processes.iter().map(|p| p.pid).collect();
+    Some((snap.used, pids))
+}
+
+impl StatusView {
+    /// Builds the view from the arbiter's reply; usage files are read under `state_dir`.
+    pub fn build(status: &NodeStatus, state_dir: &Path) -> StatusView {
+        let mut devices: Vec<DeviceView> = status
+            .devices
+            .iter()
+            .map(|d| DeviceView {
+                index: d.index,
+                uuid: d.uuid.clone(),
+                name: d.name.clone(),
+                memory_total: d.memory_total,
+                memory_committed: d.memory_committed,
+                compute_guaranteed: d.compute_guaranteed,
+                slices: Vec::new(),
+            })
+            .collect();
+        for s in &status.slices {
+            let m = measured(&state_dir.join(&s.slice_id), s.devices.len());
+            for (i, a) in s.devices.iter().enumerate() {
+                let Some(dev) = devices.iter_mut().find(|d| d.uuid == a.uuid) else {
+                    continue;
+                };
+                let pids = m.as_ref().map(|(_, p)| p.clone());
+                dev.slices.push(SliceRow {
+                    slice_id: s.slice_id.clone(),
+                    memory_cap: a.memory_cap,
+                    memory_used: m.as_ref().and_then(|(u, _)| u.get(i).copied()),
+                    compute_guaranteed: s.request.compute,
+                    compute_limit: s.request.limit(),
+                    achieved_1s: None,
+                    achieved_10s: None,
+                    priority: s.request.priority,
+                    processes: pids,
+                });
+            }
+        }
+        StatusView { devices }
+    }
+
+    /// JSON (pretty, one document).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// The table, one block per device.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if self.devices.is_empty() {
+            out.push_str("no GPU on this node\n");
+        }
+        for d in &self.devices {
+            let _ = writeln!(
+                out,
+                "GPU {}  {}  {}  memory {}  committed {}  guaranteed {}%",
+                d.index,
+                d.name,
+                d.uuid,
+                bytes(d.memory_total),
+                bytes(d.memory_committed),
+                d.compute_guaranteed
+            );
+            if d.slices.is_empty() {
+                out.push_str("  (no slices)\n");
+                continue;
+            }
+            let header = [
+                "SLICE", "MEM CAP", "MEM USED", "GUAR", "LIMIT", "ACH 1s", "ACH 10s", "PRIO",
+                "PROCS",
+            ];
+            let mut rows: Vec<[String; 9]> = vec![header.map(String::from)];
+            for s in &d.slices {
+                rows.push([
+                    s.slice_id.clone(),
+                    s.memory_cap.map_or("none".into(), bytes),
+                    s.memory_used.map_or("n/a".into(), bytes),
+                    s.compute_guaranteed.map_or("-".into(), |g| format!("{g}%")),
+                    format!("{}%", s.compute_limit),
+                    pct(s.achieved_1s),
+                    pct(s.achieved_10s),
+                    s.priority.as_str().to_string(),
+                    procs(s.processes.as_deref()),
+                ]);
+            }
+            let mut widths = [0usize; 9];
+            for r in &rows {
+                for (w, c) in widths.iter_mut().zip(r) {
+                    *w = (*w).max(c.chars().count());
+                }
+            }
+            for r in &rows {
+                let mut line = String::new();
+                for (i, (w, c)) in widths.iter().zip(r).enumerate() {
+                    line.push_str("  ");
+                    if i == 8 {
+                        line.push_str(c);
+                    } else {
+                        let _ = write!(line, "{c:<w$}");
+                    }
+                }
+                out.push_str(line.trim_end());
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |p| format!("{p:.1}%"))
+}
+
+fn procs(p: Option<&[u32]>) -> String {
+    match p {
+        None => "n/a".into(),
+        Some([]) => "0".into(),
+        Some(list) => {
+            let shown: Vec<String> = list.iter().take(4).map(u32::to_string).collect();
+            let more = if list.len() > 4 { ",…" } else { "" };
+            format!("{} ({}{more})", list.len(), shown.join(","))
+        }
+    }
+}
+
+/// Bytes in binary units, at most one decimal: `512Mi`, `1.5Gi`, `80Gi`, `123B`.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["Ki", "Mi", "Gi", "Ti"];
+    if b < 1024 {
+        return format!("{b}B");
+    }
+    let mut v = b as f64;
+    let mut unit = "";
+    for u in UNITS {
+        if v < 1024.0 {
+            break;
+        }
+        v /= 1024.0;
+        unit = u;
+    }
+    let r = (v * 10.0).round() / 10.0;
+    if r.fract() == 0.0 {
+        format!("{r:.0}{unit}")
+    } else {
+        format!("{r:.1}{unit}")
+    }
+}

@@ -1,0 +1,312 @@
+//! The `gpuslice` binary against the real arbiter library serving a temporary state directory:
+//! `run` (environment of the command, exit codes, 128+signal, signal forwarding, release after
+//! exit, refused admission starts nothing and leaves nothing, arbiter down), `status` (table and
+//! JSON), `update`, and the declared-but-not-built subcommands.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpuslice_arbiter::server::{bind, serve, State};
+use gpuslice_arbiter::store::Store;
+use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
+
+const GI: u64 = 1 << 30;
+const BIN: &str = env!("CARGO_BIN_EXE_gpuslice");
+
+struct Node {
+    dir: PathBuf,
+    config: PathBuf,
+    interposer: PathBuf,
+    state: Arc<Mutex<State>>,
+}
+
+impl Node {
+    /// A state directory, a config naming a (fake) interposer, and optionally an arbiter.
+    fn new(tag: &str, arbiter: bool) -> Node {
+        let dir = std::env::temp_dir().join(format!("gs-h8c-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let interposer = dir.join("libgpuslice-fake.so");
+        std::fs::write(&interposer, b"not an ELF file").unwrap();
+        let config = dir.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "state_dir = \"{}\"\ninterposer = \"{}\"\n",
+                dir.display(),
+                interposer.display()
+            ),
+        )
+        .unwrap();
+        let devs = StaticInventory::fake(&[("NVIDIA H100 80GB", 80 * GI)])
+            .devices()
+            .unwrap();
+        let (st, _) = State::open(devs, Policy::default(), Store::open(&dir).unwrap()).unwrap();
+        let state = Arc::new(Mutex::new(st));
+        if arbiter {
+            let listener = bind(&dir.join("arbiter.sock")).unwrap();
+            let s = Arc::clone(&state);
+            std::thread::spawn(move || serve(listener, s));
+        }
+        Node {
+            dir,
+            config,
+            interposer,
+            state,
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("--config")
+            .arg(&self.config)
+            .arg("--state-dir")
+            .arg(&self.dir)
+            .args(args)
+            .env_remove("GPUSLICE_STATE_DIR")
+            .env_remove("GPUSLICE_CONFIG")
+            .env("LD_PRELOAD", "")
+            .current_dir(&self.dir);
+        c
+    }
+
+    fn out(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn slices(&self) -> usize {
+        self.state.lock().unwrap().admission().slices().count()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn run_passes_environment_exit_code_and_releases() {
+    let node = Node::new("env", true);
+    let script = "printf '%s\\n%s\\n%s\\n' \"$LD_PRELOAD\" \"$GPUSLICE_SLICE_DIR\" \"$CUDA_VISIBLE_DEVICES\" > env.txt; exit 7";
+    let mut c = node.cmd(&[
+        "run",
+        "--memory",
+        "1Gi",
+        "--compute",
+        "20",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    c.env("LD_PRELOAD", "/opt/other.so");
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    let env = std::fs::read_to_string(node.dir.join("env.txt")).unwrap();
+    let lines: Vec<&str> = env.lines().collect();
+    let ours = node.interposer.canonicalize().unwrap();
+    assert_eq!(lines[0], format!("{}:/opt/other.so", ours.display()));
+    assert!(
+        Path::new(lines[1]).starts_with(&node.dir) && lines[1].contains("run-"),
+        "{env}"
+    );
+    assert!(lines[2].starts_with("GPU-"), "{env}");
+    assert_eq!(node.slices(), 0, "released after the command exited");
+    assert!(!Path::new(lines[1]).exists(), "slice directory removed");
+}
+
+#[test]
+fn run_reports_signal_death_as_128_plus_n() {
+    let node = Node::new("sig", true);
+    let o = node.out(&["run", "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(o.status.code(), Some(137), "{}", stderr(&o));
+    assert_eq!(node.slices(), 0);
+}
+
+#[test]
+fn run_forwards_sigterm_to_the_command() {
+    let node = Node::new("fwd", true);
+    let script =
+        "trap 'echo got > marker; exit 3' TERM; touch started; while :; do sleep 0.05; done";
+    let mut child = node
+        .cmd(&["run", "--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !node.dir.join("started").exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "command never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(node.slices(), 1);
+    // SAFETY: kill on the pid of our own unreaped child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the command's trap ran and its status came back"
+    );
+    assert_eq!(
+        std::fs::read_to_string(node.dir.join("marker")).unwrap(),
+        "got\n"
+    );
+    assert_eq!(node.slices(), 0);
+}
+
+#[test]
+fn refused_admission_starts_nothing_and_leaves_nothing() {
+    let node = Node::new("refuse", true);
+    let o = node.out(&["run", "--memory", "100Gi", "--", "touch", "ran"]);
+    assert_eq!(o.status.code(), Some(125));
+    let err = stderr(&o);
+    assert!(err.contains("refused") && err.contains("memory"), "{err}");
+    assert!(!node.dir.join("ran").exists(), "the command must not start");
+    assert_eq!(node.slices(), 0);
+    let dirs: Vec<_> = std::fs::read_dir(&node.dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .collect();
+    assert!(dirs.is_empty(), "no slice directory left: {dirs:?}");
+}
+
+#[test]
+fn arbiter_down_names_the_socket() {
+    let node = Node::new("down", false);
+    let o = node.out(&["run", "--", "touch", "ran"]);
+    assert_eq!(o.status.code(), Some(125));
+    let err = stderr(&o);
+    let sock = node.dir.join("arbiter.sock");
+    assert!(err.contains(&sock.display().to_string()), "{err}");
+    assert!(!node.dir.join("ran").exists());
+    let o = node.out(&["status"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("arbiter.sock"));
+}
+
+#[test]
+fn missing_command_and_bad_option() {
+    let node = Node::new("nocmd", true);
+    let o = node.out(&["run", "--", "/nonexistent/gpuslice-test-cmd"]);
+    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
+    assert_eq!(node.slices(), 0, "released after the spawn failed");
+    let o = node.out(&["run", "--memory", "12Q", "--", "touch", "ran"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--memory=\"12Q\": unknown unit"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!node.dir.join("ran").exists());
+}
+
+#[test]
+fn missing_interposer_starts_nothing() {
+    let node = Node::new("nolib", true);
+    std::fs::remove_file(&node.interposer).unwrap();
+    let o = node.out(&["run", "--", "touch", "ran"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(
+        stderr(&o).contains("interposer not found"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!node.dir.join("ran").exists());
+    assert_eq!(node.slices(), 0);
+}
+
+#[test]
+fn status_and_update_against_the_arbiter() {
+    let node = Node::new("status", true);
+    let mut child = node
+        .cmd(&[
+            "run",
+            "--memory",
+            "2Gi",
+            "--compute",
+            "25",
+            "--priority",
+            "high",
+            "--",
+            "sh",
+            "-c",
+            "touch started; sleep 30",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !node.dir.join("started").exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let id = node
+        .state
+        .lock()
+        .unwrap()
+        .admission()
+        .slices()
+        .next()
+        .unwrap()
+        .slice_id
+        .clone();
+
+    let o = node.out(&["status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("GPU 0  NVIDIA H100 80GB"), "{text}");
+    let row = text.lines().find(|l| l.contains(&id)).unwrap();
+    assert!(
+        row.contains("2Gi") && row.contains("25%") && row.contains("high"),
+        "{row}"
+    );
+
+    let o = node.out(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["devices"][0]["slices"][0]["slice_id"], id.as_str());
+    assert_eq!(v["devices"][0]["slices"][0]["memory_cap"], 2 * GI);
+    assert!(v["devices"][0]["slices"][0]["achieved_1s"].is_null());
+
+    let o = node.out(&["update", &id, "--memory", "4Gi", "--compute", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("memory cap 4Gi"));
+    let st = node.state.lock().unwrap();
+    let s = st.admission().slice(&id).unwrap();
+    assert_eq!(s.devices[0].memory_cap, Some(4 * GI));
+    assert_eq!(s.request.compute, None);
+    drop(st);
+    let o = node.out(&["update", "nope", "--priority", "low"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("nope"));
+
+    // SAFETY: kill on the pid of our own unreaped child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert_eq!(node.slices(), 0);
+}
+
+#[test]
+fn placeholders_say_not_implemented() {
+    let node = Node::new("todo", false);
+    for args in [&["cdi", "generate"][..], &["configure"], &["doctor"]] {
+        let o = node.out(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&o).contains("not implemented yet (issue #6)"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}

@@ -1,0 +1,218 @@
+//! Option parsing errors (named after the option), and status rendering from a fixed value:
+//! golden table text and the JSON shape.
+
+use clap::Parser;
+use gpuslice_api::{Priority, Request};
+use gpuslice_cli::args::{Cli, Command};
+use gpuslice_cli::options::{slice_request, update_request, OptionError};
+use gpuslice_cli::status::{bytes, DeviceView, SliceRow, StatusView};
+
+const GI: u64 = 1 << 30;
+
+fn run_err(args: &[&str]) -> OptionError {
+    let mut v = vec!["gpuslice", "run"];
+    v.extend_from_slice(args);
+    v.extend_from_slice(&["--", "true"]);
+    let cli = Cli::try_parse_from(v).unwrap();
+    let Command::Run(r) = cli.command else {
+        panic!("not run")
+    };
+    slice_request(&r).unwrap_err()
+}
+
+#[test]
+fn run_option_errors_name_option_value_reason() {
+    let e = run_err(&["--memory", "12Q"]);
+    assert_eq!(e.option, "--memory");
+    assert_eq!(e.value, "12Q");
+    assert!(e.reason.contains("unknown unit"), "{e}");
+    assert!(e.to_string().starts_with("--memory=\"12Q\": "), "{e}");
+
+    let e = run_err(&["--compute", "101"]);
+    assert_eq!((e.option.as_str(), e.value.as_str()), ("--compute", "101"));
+
+    let e = run_err(&["--compute", "50", "--compute-limit", "20"]);
+    assert_eq!(e.option, "--compute-limit");
+    assert!(e.reason.contains("--compute=\"50\""), "{e}");
+    assert!(!e.to_string().contains("gpuslice.io/"), "{e}");
+
+    let e = run_err(&["--priority", "urgent"]);
+    assert_eq!(e.option, "--priority");
+    let e = run_err(&["--devices", "0,,1"]);
+    assert_eq!(e.option, "--devices");
+    let e = run_err(&["--model", " "]);
+    assert_eq!(e.option, "--model");
+}
+
+#[test]
+fn run_options_build_the_request() {
+    let cli = Cli::try_parse_from([
+        "gpuslice",
+        "run",
+        "--memory",
+        "1.5Gi",
+        "--compute",
+        "30",
+        "--compute-limit",
+        "60",
+        "--priority",
+        "HIGH",
+        "--devices",
+        "2",
+        "--model",
+        "H100",
+        "--",
+        "app",
+        "--flag",
+    ])
+    .unwrap();
+    let Command::Run(r) = cli.command else {
+        panic!()
+    };
+    let req = slice_request(&r).unwrap();
+    assert_eq!(req.memory, Some("1536Mi".parse().unwrap()));
+    assert_eq!((req.compute, req.compute_limit), (Some(30), Some(60)));
+    assert_eq!(req.priority, Priority::High);
+    assert_eq!(req.devices.count(), 2);
+    assert_eq!(req.model.as_deref(), Some("H100"));
+    assert_eq!(r.command, vec!["app", "--flag"]);
+    // No options: best effort, uncapped, one device.
+    let cli = Cli::try_parse_from(["gpuslice", "run", "--", "app"]).unwrap();
+    let Command::Run(r) = cli.command else {
+        panic!()
+    };
+    assert_eq!(slice_request(&r).unwrap(), Default::default());
+    // A command is required.
+    assert!(Cli::try_parse_from(["gpuslice", "run", "--memory", "1Gi"]).is_err());
+}
+
+fn update(args: &[&str]) -> Result<Request, OptionError> {
+    let mut v = vec!["gpuslice", "update"];
+    v.extend_from_slice(args);
+    let cli = Cli::try_parse_from(v).unwrap();
+    let Command::Update(u) = cli.command else {
+        panic!()
+    };
+    update_request(&u.slice, &u.request)
+}
+
+#[test]
+fn update_options() {
+    match update(&["s1", "--memory", "4Gi", "--compute", "0"]).unwrap() {
+        Request::Update {
+            slice_id,
+            memory,
+            compute,
+            compute_limit,
+            priority,
+        } => {
+            assert_eq!(slice_id, "s1");
+            assert_eq!(memory, Some("4Gi".parse().unwrap()));
+            assert_eq!(compute, Some(0), "--compute 0 = best effort");
+            assert_eq!((compute_limit, priority), (None, None));
+        }
+        other => panic!("{other:?}"),
+    }
+    match update(&["s1", "--priority", "low"]).unwrap() {
+        Request::Update { priority, .. } => assert_eq!(priority, Some(Priority::Low)),
+        other => panic!("{other:?}"),
+    }
+    let e = update(&["s1"]).unwrap_err();
+    assert!(e.reason.contains("nothing to change"), "{e}");
+    let e = update(&["s1", "--memory", "0"]).unwrap_err();
+    assert_eq!((e.option.as_str(), e.value.as_str()), ("--memory", "0"));
+}
+
+fn fixed() -> StatusView {
+    StatusView {
+        devices: vec![
+            DeviceView {
+                index: 0,
+                uuid: "GPU-aaaa".into(),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                memory_total: 80 * GI,
+                memory_committed: 9 * GI + GI / 2,
+                compute_guaranteed: 30,
+                slices: vec![
+                    SliceRow {
+                        slice_id: "train".into(),
+                        memory_cap: Some(8 * GI),
+                        memory_used: Some(3 * GI / 2),
+                        compute_guaranteed: Some(30),
+                        compute_limit: 60,
+                        achieved_1s: Some(29.5),
+                        achieved_10s: Some(30.04),
+                        priority: Priority::Normal,
+                        processes: Some(vec![41230, 41231]),
+                    },
+                    SliceRow {
+                        slice_id: "infer-1".into(),
+                        memory_cap: None,
+                        memory_used: None,
+                        compute_guaranteed: None,
+                        compute_limit: 100,
+                        achieved_1s: None,
+                        achieved_10s: None,
+                        priority: Priority::High,
+                        processes: None,
+                    },
+                ],
+            },
+            DeviceView {
+                index: 1,
+                uuid: "GPU-bbbb".into(),
+                name: "NVIDIA A100-SXM4-40GB".into(),
+                memory_total: 40 * GI,
+                memory_committed: 0,
+                compute_guaranteed: 0,
+                slices: vec![],
+            },
+        ],
+    }
+}
+
+#[test]
+fn table_golden() {
+    let want = "\
+GPU 0  NVIDIA H100 80GB HBM3  GPU-aaaa  memory 80Gi  committed 9.5Gi  guaranteed 30%
+  SLICE    MEM CAP  MEM USED  GUAR  LIMIT  ACH 1s  ACH 10s  PRIO    PROCS
+  train    8Gi      1.5Gi     30%   60%    29.5%   30.0%    normal  2 (41230,41231)
+  infer-1  none     n/a       -     100%   n/a     n/a      high    n/a
+GPU 1  NVIDIA A100-SXM4-40GB  GPU-bbbb  memory 40Gi  committed 0B  guaranteed 0%
+  (no slices)
+";
+    assert_eq!(fixed().render(), want);
+    assert_eq!(StatusView::default().render(), "no GPU on this node\n");
+}
+
+#[test]
+fn json_shape() {
+    let v: serde_json::Value = serde_json::from_str(&fixed().to_json()).unwrap();
+    let d0 = &v["devices"][0];
+    assert_eq!(d0["index"], 0);
+    assert_eq!(d0["memory_total"], 80 * GI);
+    let s = &d0["slices"][0];
+    assert_eq!(s["slice_id"], "train");
+    assert_eq!(s["memory_cap"], 8 * GI);
+    assert_eq!(s["memory_used"], 3 * GI / 2);
+    assert_eq!(s["compute_guaranteed"], 30);
+    assert_eq!(s["compute_limit"], 60);
+    assert_eq!(s["achieved_1s"], 29.5);
+    assert_eq!(s["priority"], "normal");
+    assert_eq!(s["processes"], serde_json::json!([41230, 41231]));
+    let s = &d0["slices"][1];
+    assert!(s["memory_cap"].is_null() && s["achieved_10s"].is_null());
+    assert!(v["devices"][1]["slices"].as_array().unwrap().is_empty());
+    // Round trip.
+    let back: StatusView = serde_json::from_value(v).unwrap();
+    assert_eq!(back, fixed());
+}
+
+#[test]
+fn byte_formatting() {
+    assert_eq!(bytes(0), "0B");
+    assert_eq!(bytes(512 << 20), "512Mi");
+    assert_eq!(bytes(3 * GI / 2), "1.5Gi");
+    assert_eq!(bytes(80 * GI), "80Gi");
+    assert_eq!(bytes(1536), "1.5Ki");
+}
