@@ -223,9 +223,12 @@ fn worker(s: Arc<Stream>) {
                 prev_end = now_ns();
             }
             Op::Record(ev, gen) => {
-                ev.complete(gen, now_ns());
+                // The device reaches the record when the previous item ended (or when the
+                // record was enqueued on an idle stream): stamp that, not the worker's wake-up.
+                ev.complete(gen, ready);
+                prev_end = ready;
             }
-            Op::Nop => {}
+            Op::Nop => prev_end = ready,
         }
         let mut q = lock(&s.q);
         q.completed += 1;

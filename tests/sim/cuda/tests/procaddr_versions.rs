@@ -182,3 +182,25 @@ fn export_table_is_not_simulated() {
     assert_eq!(unsafe { f(&mut t, &id) }, NOT_FOUND);
     assert!(t.is_null());
 }
+
+#[test]
+fn every_implemented_variant_is_reachable_at_its_version() {
+    let _g = serial();
+    use gpuslice_cuda_abi::procaddr::{Flavour, PROC_ADDR_TABLE};
+    let mut implemented = 0;
+    for e in PROC_ADDR_TABLE {
+        if cuda().raw(e.export).is_null() {
+            continue;
+        }
+        implemented += 1;
+        let flags = match e.flavour {
+            Flavour::Legacy => 0,
+            Flavour::PerThread => PER_THREAD,
+        };
+        expect(e.symbol, e.version as c_int, flags, e.export);
+    }
+    assert!(
+        implemented > 250,
+        "only {implemented} table variants are exported"
+    );
+}
