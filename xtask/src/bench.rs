@@ -21,7 +21,7 @@ const BENCHES: &[(&str, &str, Option<u32>)] = &[
     (
         "share",
         "achieved compute shares under guarantees, limits and priority",
-        Some(4),
+        None,
     ),
     (
         "container-start",
@@ -48,7 +48,10 @@ pub fn run(list: bool, name: Option<&str>, _args: &[String]) -> Result<()> {
     if let Some(i) = issue {
         bail!("benchmark {name:?} is not built yet (issue #{i})");
     }
-    sim()
+    match name {
+        "share" => crate::bench_share::run(),
+        _ => sim(),
+    }
 }
 
 /// Two processes saturating device 0 with kernels of several sizes: each one's share and the sum.

@@ -7,6 +7,7 @@
 //! - `demo` runs the main story on the simulated GPU (or the real one when a driver is present).
 
 mod bench;
+mod bench_share;
 mod demo;
 mod dist;
 mod shell;

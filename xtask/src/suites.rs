@@ -186,6 +186,8 @@ fn lint() -> Result<()> {
 }
 
 fn sim() -> Result<()> {
+    // The integration tests dlopen the built cdylibs, which `cargo test` does not rebuild.
+    build_sim()?;
     cargo_test(
         &[
             "gpuslice-sim-core",
