@@ -172,6 +172,21 @@ pub fn slice_usage(dir: &Path, slice: &SliceStatus) -> Option<(Vec<u64>, usize)>
     Some((snap.used, snap.processes.len()))
 }
 
+/// Bytes a slice holds now, by device UUID (for `update`'s below-use warning). Read from the
+/// slice's `usage` file (validated, clamped to the current caps: a tenant can at most make its
+/// own warning appear); empty without region files.
+pub fn measured_use(dir: &Path, slice: &SliceStatus) -> BTreeMap<String, u64> {
+    let Some((used, _)) = slice_usage(dir, slice) else {
+        return BTreeMap::new();
+    };
+    slice
+        .devices
+        .iter()
+        .zip(used)
+        .map(|(d, u)| (d.uuid.clone(), u))
+        .collect()
+}
+
 /// Renders one scrape in the Prometheus text format.
 pub fn render(src: &Sources) -> String {
     let (status, slices) = {

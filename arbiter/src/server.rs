@@ -129,9 +129,12 @@ impl State {
                     priority,
                 };
                 let mut next = self.admission.clone();
-                // Measured use per device arrives with the NVML sampler / region usage; until
-                // then no below-use warning can be given.
-                let used = Default::default();
+                // Measured use per device, from the slice's usage file (for the below-use warning).
+                let used = self
+                    .admission
+                    .slice(&slice_id)
+                    .map(|s| crate::metrics::measured_use(&self.store.slice_dir(&slice_id), s))
+                    .unwrap_or_default();
                 match next.update(&slice_id, &change, &used) {
                     Err(e) => error(e.code(), e.to_string()),
                     Ok(up) => {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use gpuslice_arbiter::server::{bind, serve, State};
 use gpuslice_arbiter::store::Store;
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
+use gpuslice_region::{create_slice, DeviceSpec, SliceSpec, Usage};
 
 const GI: u64 = 1 << 30;
 const BIN: &str = env!("CARGO_BIN_EXE_gpuslice");
@@ -262,6 +263,33 @@ fn status_and_update_against_the_arbiter() {
         .slice_id
         .clone();
 
+    // This test process holds 1.5Gi in the slice (region files as the arbiter creates them).
+    let slice_dir = node.dir.join(&id);
+    let uuid = node
+        .state
+        .lock()
+        .unwrap()
+        .admission()
+        .slice(&id)
+        .unwrap()
+        .devices[0]
+        .uuid
+        .clone();
+    let spec = SliceSpec {
+        devices: vec![DeviceSpec {
+            uuid,
+            memory_cap: 2 * GI,
+            device_total: 80 * GI,
+            ..DeviceSpec::default()
+        }],
+        flags: 0,
+    };
+    let _ = create_slice(&slice_dir, &spec, false).unwrap();
+    let usage = Usage::open(&slice_dir, 1).unwrap();
+    let start = gpuslice_region::liveness::self_start_time().unwrap();
+    let rec = usage.claim(std::process::id(), start).unwrap();
+    usage.reserve(rec, 0, 3 * GI / 2, 2 * GI).unwrap();
+
     let o = node.out(&["status"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).unwrap();
@@ -271,12 +299,27 @@ fn status_and_update_against_the_arbiter() {
         row.contains("2Gi") && row.contains("25%") && row.contains("high"),
         "{row}"
     );
+    assert!(row.contains("1.5Gi"), "memory used: {row}");
+    assert!(
+        row.contains(&format!("1 ({})", std::process::id())),
+        "processes: {row}"
+    );
 
     let o = node.out(&["status", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["devices"][0]["slices"][0]["slice_id"], id.as_str());
     assert_eq!(v["devices"][0]["slices"][0]["memory_cap"], 2 * GI);
     assert!(v["devices"][0]["slices"][0]["achieved_1s"].is_null());
+
+    assert_eq!(v["devices"][0]["slices"][0]["memory_used"], 3 * GI / 2);
+
+    let o = node.out(&["update", &id, "--memory", "1Gi"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("warning:") && err.contains("new memory cap 1Gi is below current use 1536Mi"),
+        "{err}"
+    );
 
     let o = node.out(&["update", &id, "--memory", "4Gi", "--compute", "0"]);
     assert!(o.status.success(), "{}", stderr(&o));
