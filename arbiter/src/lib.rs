@@ -9,7 +9,9 @@ pub mod metrics;
 pub mod nvml;
 pub mod placement;
 pub mod reclaim;
+pub mod sched;
 pub mod server;
+pub mod slices;
 pub mod store;
 
 pub use admission::{Admission, AdmitError, Admitted, Change, Updated};

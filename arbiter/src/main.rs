@@ -1,8 +1,8 @@
 //! `gpuslice-arbiter`: the node daemon. Runs in the foreground, logs to stderr, serves the control
 //! protocol (`docs/protocol.md`) on `<state-dir>/arbiter.sock` from the admission state, and
-//! persists slices under the state directory so a restart carries on. Time-slicing (compute
-//! shares enforced at kernel launches) is not built yet: shares are admitted and recorded, and the
-//! daemon says at start that they are not enforced.
+//! persists slices under the state directory so a restart carries on. Each slice gets its region
+//! files and a place in its devices' lease schedulers (`sched`), which enforce compute shares at
+//! kernel launches through the interposer's gate.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -85,10 +85,17 @@ fn run(cli: Cli) -> Result<()> {
         state.admission().slices().count(),
         config.state_dir.display()
     );
-    tracing::warn!(
-        "time-slicing is not implemented yet: compute guarantees and ceilings are admitted and \
-         recorded but not enforced; memory caps are enforced by the interposer"
-    );
+    let mut state = state;
+    let sched = Arc::new(gpuslice_arbiter::sched::Scheduler::new(
+        config.scheduler.quantum,
+    ));
+    if let Some(f) = std::env::var_os("GPUSLICE_SCHED_STATUS_FILE") {
+        gpuslice_arbiter::sched::spawn_status_file(Arc::clone(&sched), PathBuf::from(f));
+    }
+    for w in state.attach_scheduler(sched) {
+        tracing::warn!("{w}");
+    }
+    tracing::info!("time-slicing with a {:?} quantum", config.scheduler.quantum);
     let sock = config.state_dir.join(SOCKET_NAME);
     let listener = bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
     tracing::info!("serving {}", sock.display());
@@ -102,11 +109,23 @@ fn run(cli: Cli) -> Result<()> {
         let src = gpuslice_arbiter::metrics::Sources {
             state: Arc::clone(&state),
             state_dir: config.state_dir.clone(),
-            sched: None,
+            sched: state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .scheduler()
+                .cloned()
+                .map(|s| {
+                    Arc::new(move || s.status()) as gpuslice_arbiter::metrics::SchedSource
+                }),
         };
-        let addr = gpuslice_arbiter::metrics::spawn(config.metrics.listen, src)
-            .with_context(|| format!("metrics: binding {}", config.metrics.listen))?;
-        tracing::info!("metrics on http://{addr}/metrics");
+        // Metrics are not worth refusing admission for: a taken port is logged, not fatal.
+        match gpuslice_arbiter::metrics::spawn(config.metrics.listen, src) {
+            Ok(addr) => tracing::info!("metrics on http://{addr}/metrics"),
+            Err(e) => tracing::error!(
+                "metrics disabled: cannot listen on {}: {e} (set [metrics] listen)",
+                config.metrics.listen
+            ),
+        }
     }
     serve(listener, state)?;
     Ok(())

@@ -25,6 +25,7 @@ use crate::store::Store;
 pub struct State {
     admission: Admission,
     store: Store,
+    sched: Option<std::sync::Arc<crate::sched::Scheduler>>,
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> Response {
@@ -51,7 +52,50 @@ impl State {
                 Err(e) => warnings.push(format!("slice \"{id}\" not restored: {e}")),
             }
         }
-        Ok((State { admission, store }, warnings))
+        Ok((
+            State {
+                admission,
+                store,
+                sched: None,
+            },
+            warnings,
+        ))
+    }
+
+    /// Attaches the time-slice scheduler: every slice (restored ones now, new ones on admit)
+    /// gets leased region files and is scheduled on its devices. Returns warnings to log.
+    pub fn attach_scheduler(
+        &mut self,
+        sched: std::sync::Arc<crate::sched::Scheduler>,
+    ) -> Vec<String> {
+        self.sched = Some(sched);
+        let mut warnings = Vec::new();
+        let slices: Vec<_> = self.admission.slices().cloned().collect();
+        for rec in slices {
+            if let Err(e) = self.start_slice(&rec) {
+                warnings.push(format!("slice \"{}\": {e}", rec.slice_id));
+            }
+        }
+        warnings
+    }
+
+    /// The scheduler, when attached.
+    pub fn scheduler(&self) -> Option<&std::sync::Arc<crate::sched::Scheduler>> {
+        self.sched.as_ref()
+    }
+
+    /// Creates the slice's region files and schedules it (with a scheduler attached).
+    fn start_slice(&self, rec: &gpuslice_api::SliceStatus) -> Result<(), String> {
+        let Some(sched) = &self.sched else {
+            return Ok(());
+        };
+        let dir = self.store.slice_dir(&rec.slice_id);
+        crate::slices::create(&dir, rec).map_err(|e| e.to_string())?;
+        let params = crate::sched::params_of(&rec.request);
+        for (entry, d) in rec.devices.iter().enumerate() {
+            sched.add(d.index, &rec.slice_id, &dir, entry, params);
+        }
+        Ok(())
     }
 
     /// The admission state.
@@ -89,6 +133,13 @@ impl State {
                                 &self.store.slice_dir(&slice_id),
                                 &rec.owner,
                             );
+                            if let Err(e) = self.start_slice(rec) {
+                                let _ = self.store.remove(&slice_id);
+                                return error(
+                                    ErrorCode::Internal,
+                                    format!("cannot create the slice files: {e}"),
+                                );
+                            }
                             self.admission = next;
                         }
                         Response::Admitted {
@@ -103,6 +154,9 @@ impl State {
             Request::Release { slice_id } => {
                 if self.admission.slice(&slice_id).is_none() {
                     return error(ErrorCode::NotFound, format!("no slice \"{slice_id}\""));
+                }
+                if let Some(sched) = &self.sched {
+                    sched.remove(&slice_id);
                 }
                 if let Err(e) = self.store.remove(&slice_id) {
                     return error(
@@ -146,6 +200,14 @@ impl State {
                                 ErrorCode::Internal,
                                 format!("cannot write the slice record: {e}"),
                             );
+                        }
+                        if let Some(sched) = &self.sched {
+                            // Live resize: limits (memory cap is one store) and shares now.
+                            let dir = self.store.slice_dir(&slice_id);
+                            if let Err(e) = crate::slices::write_limits(&dir, rec) {
+                                tracing::warn!("slice {slice_id}: cannot rewrite limits: {e}");
+                            }
+                            sched.update(&slice_id, crate::sched::params_of(&rec.request));
                         }
                         self.admission = next;
                         Response::Updated {

@@ -280,9 +280,7 @@ fn gate_thread(e: usize) {
     loop {
         let w = word.load();
         let grant = ent.registered.load(Acquire);
-        if w & (LEASE_HELD | LEASE_UNGATED) == 0
-            && grant != 0
-            && ent.drained.load(Acquire) != grant
+        if w & (LEASE_HELD | LEASE_UNGATED) == 0 && grant != 0 && ent.drained.load(Acquire) != grant
         {
             let mine: Vec<(u32, usize, usize)> = match ent.streams.lock() {
                 Ok(mut v) => {

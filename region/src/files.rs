@@ -282,6 +282,14 @@ impl Lease {
     pub fn word(&self, dev: usize) -> Option<LeaseWord<'_>> {
         self.map.get().devices.get(dev).map(|s| LeaseWord(&s.word))
     }
+    /// The queue bound of device `dev` (`LeaseSlot::max_queue`, 0 = none).
+    pub fn max_queue(&self, dev: usize) -> u32 {
+        self.map
+            .get()
+            .devices
+            .get(dev)
+            .map_or(0, |s| s.max_queue.load(Relaxed))
+    }
     /// The current grant id of device `dev` (0 beyond the file's slots).
     pub fn grant(&self, dev: usize) -> u32 {
         self.map
@@ -312,6 +320,10 @@ impl LeaseWriter {
     /// The grant id of device `dev` (`LeaseSlot::grant`).
     pub fn grant(&self, dev: usize) -> Option<&AtomicU32> {
         self.map.get().devices.get(dev).map(|s| &s.grant)
+    }
+    /// The queue bound of device `dev` (`LeaseSlot::max_queue`).
+    pub fn max_queue(&self, dev: usize) -> Option<&AtomicU32> {
+        self.map.get().devices.get(dev).map(|s| &s.max_queue)
     }
 }
 

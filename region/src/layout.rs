@@ -146,8 +146,14 @@ pub struct LeaseSlot {
     /// Grant id (scheduler): changes on every grant, stays the same while a lease is renewed.
     /// Processes register pending work under it (`DeviceUsage::pending`). 0 = never granted.
     pub grant: AtomicU32,
+    /// Bound on kernels each process of the slice keeps queued on the device (0 = none). Set
+    /// by the arbiter while a high-priority slice shares the device, so a revoke leaves at most
+    /// this many kernels to drain before the high-priority slice runs.
+    pub max_queue: AtomicU32,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 7],
+    pub reserved0: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: [AtomicU64; 6],
 }
 
 /// `DeviceUsage::total` bit 63: the total is frozen by a process recomputing it.

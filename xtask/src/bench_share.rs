@@ -98,6 +98,9 @@ impl Drop for Arbiter {
     }
 }
 
+/// (seconds since start, cumulative busy ns per tenant).
+type Samples = Vec<(f64, Vec<u64>)>;
+
 /// A tenant process in a slice.
 fn tenant(node: &SimNode, dist: &Path, slice: &Path, args: &[String]) -> Result<Child> {
     node.workload()
@@ -187,7 +190,7 @@ struct Ctx<'a> {
 fn shares_run(
     c: &Ctx,
     tenants: &[(&str, &str, Vec<String>)],
-) -> Result<(Vec<Vec<f64>>, Vec<f64>, Vec<(f64, Vec<u64>)>)> {
+) -> Result<(Vec<Vec<f64>>, Vec<f64>, Samples)> {
     let mut children = Vec::new();
     let mut pids = Vec::new();
     for (id, req, args) in tenants {

@@ -283,7 +283,8 @@ impl Loop {
             (v.wrapping_add(LEASE_GENERATION_ONE) | LEASE_HELD) & !LEASE_UNGATED,
             Release,
         );
-        futex::wake_shared(w.as_ptr());
+        // SAFETY: `w` is a word of the lease mapping `rt` keeps alive.
+        unsafe { futex::wake_shared(w.as_ptr()) };
         let done = futex::now_ns();
         let from = self.free_since.take().unwrap_or(now);
         if self.policy.holder().is_none() {
@@ -309,7 +310,8 @@ impl Loop {
             v.wrapping_add(LEASE_GENERATION_ONE) & !(LEASE_HELD | LEASE_UNGATED),
             Release,
         );
-        futex::wake_shared(w.as_ptr());
+        // SAFETY: `w` is a word of the lease mapping `rt` keeps alive.
+        unsafe { futex::wake_shared(w.as_ptr()) };
         let grant = rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed));
         let start = futex::now_ns();
         let deadline = start + drain_timeout(self.policy.quantum());
@@ -326,11 +328,14 @@ impl Loop {
                 break;
             }
             match pending_addr {
-                Some(a) => futex::wait_shared(
-                    a,
-                    p as u32,
-                    Duration::from_nanos((deadline - now).min(2_000_000)),
-                ),
+                // SAFETY: `a` points into the usage mapping `rt` keeps alive during the wait.
+                Some(a) => unsafe {
+                    futex::wait_shared(
+                        a,
+                        p as u32,
+                        Duration::from_nanos((deadline - now).min(2_000_000)),
+                    )
+                },
                 None => break,
             }
         }

@@ -31,9 +31,11 @@ fn timespec(ns: u64) -> libc::timespec {
 }
 
 /// Wakes every waiter of the shared (cross-process) futex word at `addr`.
-pub fn wake_shared(addr: *const u32) {
-    // SAFETY: FUTEX_WAKE only uses the address as a key; it never dereferences it for writing,
-    // and the caller passes the address of a live mapped word.
+///
+/// # Safety
+/// `addr` must be the address of a live, aligned, mapped `u32`.
+pub unsafe fn wake_shared(addr: *const u32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; the caller guarantees a live word.
     unsafe {
         libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX);
     }
@@ -53,7 +55,10 @@ pub fn wake_private(word: &AtomicU32) {
 }
 
 /// Waits while the shared word at `addr` equals `val`, at most `timeout`.
-pub fn wait_shared(addr: *const u32, val: u32, timeout: Duration) {
+///
+/// # Safety
+/// `addr` must be the address of a live, aligned, mapped `u32` for the whole call.
+pub unsafe fn wait_shared(addr: *const u32, val: u32, timeout: Duration) {
     let ts = timespec(timeout.as_nanos().min(u128::from(u64::MAX)) as u64);
     // SAFETY: `addr` is a live, aligned mapped u32 (the caller keeps the mapping); the kernel
     // only reads it; `ts` is a valid relative timeout.

@@ -144,6 +144,25 @@ impl Scheduler {
     }
 }
 
+/// Writes `sched.status()` as JSON to `path` every second (a debugging and benchmark hook, on
+/// only when `GPUSLICE_SCHED_STATUS_FILE` names a file; see `docs/scheduling.md`).
+pub fn spawn_status_file(sched: Arc<Scheduler>, path: std::path::PathBuf) {
+    let r = std::thread::Builder::new()
+        .name("sched-status".into())
+        .spawn(move || loop {
+            if let Ok(body) = serde_json::to_vec(&sched.status()) {
+                let tmp = path.with_extension("tmp");
+                if std::fs::write(&tmp, body).is_ok() {
+                    let _ = std::fs::rename(&tmp, &path);
+                }
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        });
+    if let Err(e) = r {
+        tracing::warn!("cannot start the status-file writer: {e}");
+    }
+}
+
 impl Drop for Scheduler {
     fn drop(&mut self) {
         for ctl in self.all() {

@@ -198,12 +198,11 @@ impl Policy {
         if self.holder.is_some_and(|h| h.idx == i) {
             self.holder = None;
         }
-        let fix = |o: Option<usize>| match o {
+        self.last_holder = match self.last_holder {
             Some(x) if x == i => None,
             Some(x) if x > i => Some(x - 1),
             o => o,
         };
-        self.last_holder = fix(self.last_holder);
         if let Some(h) = &mut self.holder {
             if h.idx > i {
                 h.idx -= 1;
