@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use gpuslice_api::{Owner, Request, Response, SliceStatus};
-use gpuslice_region::layout::{rec_unpack, REC_CLAIMING, REC_DEAD, REC_LIVE};
+use gpuslice_region::layout::{rec_unpack, REC_CLAIMING, REC_DEAD, REC_LIVE, USAGE_FILE};
 use gpuslice_region::protocol::Ledger;
 use gpuslice_region::{Liveness, Usage, MAX_PROCS};
 use serde::{Deserialize, Serialize};
@@ -314,6 +314,14 @@ impl ReclaimConfig {
 struct SliceUsage {
     usage: Usage,
     mine: Option<usize>,
+    /// Length and inode of `usage` when mapped: a tenant that truncates or replaces the file
+    /// must not make the arbiter touch pages that are gone (SIGBUS).
+    file: (u64, u64),
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).ok().map(|m| (m.len(), m.ino()))
 }
 
 /// What one tick did.
@@ -395,12 +403,30 @@ impl Reclaimer {
             if !procfs.same_pid_ns(owner) {
                 return 0;
             }
-            match Usage::open(dir, slice.devices.len()) {
-                Ok(usage) => {
-                    self.usages
-                        .insert(slice.slice_id.clone(), SliceUsage { usage, mine: None });
+            let before = file_id(&dir.join(USAGE_FILE));
+            match (Usage::open(dir, slice.devices.len()), before) {
+                (Ok(usage), Some(file)) => {
+                    self.usages.insert(
+                        slice.slice_id.clone(),
+                        SliceUsage {
+                            usage,
+                            mine: None,
+                            file,
+                        },
+                    );
                 }
-                Err(_) => return 0, // no region files (yet): nothing to reclaim
+                _ => return 0, // no region files (yet): nothing to reclaim
+            }
+        }
+        // The mapping was validated at open; re-check that the file is still that file, whole.
+        if let Some(su) = self.usages.get(&slice.slice_id) {
+            if file_id(&dir.join(USAGE_FILE)) != Some(su.file) {
+                tracing::warn!(
+                    "slice {}: usage file truncated or replaced; not touching it",
+                    slice.slice_id
+                );
+                self.usages.remove(&slice.slice_id);
+                return 0;
             }
         }
         let me = self.me;

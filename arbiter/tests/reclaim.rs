@@ -281,3 +281,38 @@ fn loop_releases_within_a_second() {
     // The promise is 1 s (period 250 ms); allow a loaded test machine some slack.
     assert!(took < Duration::from_secs(3), "took {took:?}");
 }
+
+#[test]
+fn truncated_usage_file_is_left_alone() {
+    // A tenant may truncate its writable `usage` file; touching the vanished pages would kill the
+    // arbiter with SIGBUS. Reclaim notices and skips the slice.
+    let tmp = TempDir::new("trunc");
+    let st = state(&tmp.0);
+    let me = std::process::id();
+    let dir = admit(&st, "t", pid_owner(me));
+    let spec = SliceSpec {
+        devices: vec![DeviceSpec {
+            memory_cap: 2 * GI,
+            ..DeviceSpec::default()
+        }],
+        flags: 0,
+    };
+    let _ = create_slice(&dir, &spec, false).unwrap();
+    {
+        let usage = Usage::open(&dir, 1).unwrap();
+        let start = ProcFs::default().start_time(me).unwrap();
+        let rec = usage.claim(me, start + 3).unwrap(); // a dead (reused-pid) record
+        usage.reserve(rec, 0, GI, 2 * GI).unwrap();
+    }
+    let mut r = Reclaimer::new(Arc::clone(&st), cfg(&tmp.0));
+    let first = r.tick(); // maps the file and reclaims the dead record
+    assert_eq!(first.reclaimed, vec![("t".to_string(), 1)]);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("usage"))
+        .unwrap();
+    f.set_len(64).unwrap();
+    let rep = r.tick();
+    assert!(rep.reclaimed.is_empty(), "{rep:?}");
+    assert!(exists(&st, "t"), "the slice itself stays (its owner lives)");
+}
