@@ -93,31 +93,58 @@ fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) 
         ordinal,
         charged: 0,
     });
-    let reserved = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(slot.charged);
-    if reserved < slot.charged {
-        g.uncharge(slot.entry, slot.charged - reserved);
-        slot.charged = reserved;
-        pools.insert(pool as usize, slot);
-    }
-    let used = pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT).unwrap_or(reserved);
     let need = size.div_ceil(POOL_ALIGN).saturating_mul(POOL_ALIGN);
-    let room = reserved.saturating_sub(used);
-    let pre = if need > room { round(need - room) } else { 0 };
-    if pre > 0 && g.charge(slot.ordinal, slot.entry, pre).is_err() {
+    let mut pre;
+    let mut retried = false;
+    loop {
+        let reserved =
+            pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(slot.charged);
+        if reserved < slot.charged {
+            g.uncharge(slot.entry, slot.charged - reserved);
+            slot.charged = reserved;
+            pools.insert(pool as usize, slot);
+        }
+        let used = pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT).unwrap_or(reserved);
+        let room = reserved.saturating_sub(used);
+        pre = if need > room { round(need - room) } else { 0 };
+        if reserved > slot.charged {
+            // Reserved memory we have not charged (a growth we could not charge before): it
+            // is part of what this call must fit under the cap.
+            pre += reserved - slot.charged;
+        }
+        if pre == 0 || g.charge(slot.ordinal, slot.entry, pre).is_ok() {
+            break;
+        }
+        // Pools (this one included) may have released memory: re-read everything once.
         let lowered = sync_locked(g, &mut pools) | crate::graph::sync_cache(g);
         if let Some(c) = pools.get(&(pool as usize)) {
             slot.charged = c.charged;
         }
-        if !lowered || g.charge(slot.ordinal, slot.entry, pre).is_err() {
+        if retried || !lowered {
             pools.insert(pool as usize, slot);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        retried = true;
     }
     let r = alloc();
     let held = slot.charged + pre;
-    let now = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).unwrap_or(held);
+    let now = match pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
+        Some(n) => n,
+        None if r == CUDA_SUCCESS => held,
+        // Unreadable after a failure (e.g. not a pool the driver knows): nothing grew.
+        None => {
+            g.uncharge(slot.entry, pre);
+            if slot.charged == 0 {
+                pools.remove(&(pool as usize));
+            }
+            return r;
+        }
+    };
+    let mut settled = now;
     if now > held {
         if g.charge(slot.ordinal, slot.entry, now - held).is_err() {
+            // Charged at the next allocation from this pool (see above).
+            settled = held;
             crate::log!(
                 crate::log::Level::Warn,
                 "pool grew {} B beyond its reservation",
@@ -127,7 +154,7 @@ fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) 
     } else {
         g.uncharge(slot.entry, held - now);
     }
-    slot.charged = now;
+    slot.charged = settled;
     pools.insert(pool as usize, slot);
     r
 }

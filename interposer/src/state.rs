@@ -354,7 +354,11 @@ extern "C" fn at_exit() {
     if let Some(Some(g)) = STATE.get() {
         let r = g.record.load(Acquire);
         let pid = g.record_pid.load(Acquire);
-        if r != NO_RECORD && pid == std::process::id() {
+        // Memory still charged at exit (pool reserves, leaked allocations) is held by the
+        // driver until the process is gone: the record then stays, and is reclaimed once the
+        // process is dead (pid + start time). An empty record is given back at once.
+        let empty = (0..g.slice.limits.device_count()).all(|d| g.slice.usage.held(r, d) == 0);
+        if r != NO_RECORD && pid == std::process::id() && empty {
             g.slice.usage.unclaim(r, pid);
             let _ = g.slice.usage.reclaim(r);
         }
