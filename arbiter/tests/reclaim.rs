@@ -44,8 +44,10 @@ fn state(dir: &Path) -> Arc<Mutex<State>> {
 }
 
 fn admit(st: &Arc<Mutex<State>>, id: &str, owner: Owner) -> PathBuf {
-    let mut req = SliceRequest::default();
-    req.memory = Some("2Gi".parse().unwrap());
+    let req = SliceRequest {
+        memory: Some("2Gi".parse().unwrap()),
+        ..SliceRequest::default()
+    };
     match st.lock().unwrap().handle(Request::Admit {
         slice_id: id.into(),
         request: req,
