@@ -24,6 +24,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::sched::SchedulerStatus;
 use crate::server::State;
 
 type Labels = Vec<(String, String)>;
@@ -100,35 +101,8 @@ impl Counters {
     }
 }
 
-/// The scheduler's figures for one slice on one device (filled from the scheduler's status
-/// where it runs; absent figures are not exported rather than exported as zero).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SchedSlice {
-    /// The slice.
-    pub slice_id: String,
-    /// Achieved share over the last 1 s, 0–1.
-    pub achieved_1s: f64,
-    /// Achieved share over the last 10 s, 0–1.
-    pub achieved_10s: f64,
-    /// Leases granted to the slice so far.
-    pub handoffs: u64,
-    /// Total time the slice's launches waited for the lease.
-    pub wait: Duration,
-}
-
-/// The scheduler's figures for one device.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SchedDevice {
-    /// NVML index.
-    pub index: u32,
-    /// Lease hand-offs on the device so far.
-    pub handoffs: u64,
-    /// Per slice.
-    pub slices: Vec<SchedSlice>,
-}
-
 /// Where scrapes get scheduler figures from (`None`: no scheduler, nothing exported).
-pub type SchedSource = Arc<dyn Fn() -> Vec<SchedDevice> + Send + Sync>;
+pub type SchedSource = Arc<dyn Fn() -> SchedulerStatus + Send + Sync>;
 
 /// What a scrape reads.
 #[derive(Clone)]
@@ -299,14 +273,23 @@ pub fn render(src: &Sources) -> String {
 
     if let Some(sched) = &src.sched {
         let achieved = gauge_family();
-        let handoffs: Family<Labels, Counter> = Family::default();
+        let grants: Family<Labels, Counter> = Family::default();
         let wait: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
+        let charged: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
+        let drain_timeouts: Family<Labels, Counter> = Family::default();
         let dev_handoffs: Family<Labels, Counter> = Family::default();
-        for d in sched() {
+        let dev_p99 = gauge_family();
+        let dev_quantum = gauge_family();
+        for d in sched().devices {
             let di = d.index.to_string();
-            dev_handoffs
-                .get_or_create(&labels(&[("device", &di)]))
-                .inc_by(d.handoffs);
+            let dl = labels(&[("device", &di)]);
+            dev_handoffs.get_or_create(&dl).inc_by(d.handoffs);
+            dev_p99
+                .get_or_create(&dl)
+                .set(d.handoff_p99_ns as f64 / 1e9);
+            dev_quantum
+                .get_or_create(&dl)
+                .set(d.quantum_ns as f64 / 1e9);
             for s in &d.slices {
                 for (w, v) in [("1s", s.achieved_1s), ("10s", s.achieved_10s)] {
                     achieved
@@ -318,29 +301,51 @@ pub fn render(src: &Sources) -> String {
                         .set(v);
                 }
                 let l = labels(&[("slice", &s.slice_id), ("device", &di)]);
-                handoffs.get_or_create(&l).inc_by(s.handoffs);
-                wait.get_or_create(&l).inc_by(s.wait.as_secs_f64());
+                grants.get_or_create(&l).inc_by(s.grants);
+                wait.get_or_create(&l).inc_by(s.wait_ns as f64 / 1e9);
+                charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);
+                drain_timeouts.get_or_create(&l).inc_by(s.drain_timeouts);
             }
         }
         reg.register(
             "gpuslice_slice_achieved_share_ratio",
-            "Share of the device's time the slice used over the window (0-1)",
+            "Share of the device's time charged to the slice over the window (0-1)",
             achieved,
         );
         reg.register(
-            "gpuslice_device_lease_handoffs",
-            "Lease grants on the device",
-            dev_handoffs,
-        );
-        reg.register(
-            "gpuslice_slice_lease_handoffs",
-            "Leases granted to the slice",
-            handoffs,
+            "gpuslice_slice_lease_grants",
+            "Times the slice was granted the device's lease",
+            grants,
         );
         reg.register(
             "gpuslice_slice_lease_wait_seconds",
-            "Time the slice's launches waited for the lease",
+            "Time the slice had launches waiting at the gate without the lease",
             wait,
+        );
+        reg.register(
+            "gpuslice_slice_charged_seconds",
+            "Device time charged to the slice (lease time plus the overrun of its queued work)",
+            charged,
+        );
+        reg.register(
+            "gpuslice_slice_drain_timeouts",
+            "Lease ends whose queued work did not report completion in time",
+            drain_timeouts,
+        );
+        reg.register(
+            "gpuslice_device_lease_handoffs",
+            "Lease grants on the device to a different slice than the previous holder",
+            dev_handoffs,
+        );
+        reg.register(
+            "gpuslice_device_lease_handoff_p99_seconds",
+            "99th percentile of recent hand-off times (device free to next holder woken)",
+            dev_p99,
+        );
+        reg.register(
+            "gpuslice_device_lease_quantum_seconds",
+            "Lease quantum",
+            dev_quantum,
         );
     }
 

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use gpuslice_api::{Owner, Request, Response, SliceRequest};
-use gpuslice_arbiter::metrics::{self, SchedDevice, SchedSlice, Sources};
+use gpuslice_arbiter::metrics::{self, Sources};
+use gpuslice_arbiter::sched::{DeviceSched, SchedulerStatus, SliceShare};
 use gpuslice_arbiter::server::State;
 use gpuslice_arbiter::store::Store;
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
@@ -76,10 +77,12 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
 fn scrape_parses_and_carries_the_numbers() {
     let tmp = TempDir::new("scrape");
     let st = state(&tmp.0);
-    let mut req = SliceRequest::default();
-    req.memory = Some("4Gi".parse().unwrap());
-    req.compute = Some(30);
-    req.compute_limit = Some(60);
+    let req = SliceRequest {
+        memory: Some("4Gi".parse().unwrap()),
+        compute: Some(30),
+        compute_limit: Some(60),
+        ..SliceRequest::default()
+    };
     let dir = match st.lock().unwrap().handle(Request::Admit {
         slice_id: "job1".into(),
         request: req,
@@ -89,8 +92,10 @@ fn scrape_parses_and_carries_the_numbers() {
         other => panic!("{other:?}"),
     };
     // A refusal: 100 GiB fits nowhere.
-    let mut big = SliceRequest::default();
-    big.memory = Some("100Gi".parse().unwrap());
+    let big = SliceRequest {
+        memory: Some("100Gi".parse().unwrap()),
+        ..SliceRequest::default()
+    };
     let r = st.lock().unwrap().handle(Request::Admit {
         slice_id: "big".into(),
         request: big,
@@ -122,18 +127,24 @@ fn scrape_parses_and_carries_the_numbers() {
     let rec = usage.claim(std::process::id(), start).unwrap();
     usage.reserve(rec, 0, GI, 4 * GI).unwrap();
 
-    let sched: metrics::SchedSource = Arc::new(move || {
-        vec![SchedDevice {
+    let sched: metrics::SchedSource = Arc::new(move || SchedulerStatus {
+        devices: vec![DeviceSched {
             index: dev.index,
+            quantum_ns: 5_000_000,
             handoffs: 42,
-            slices: vec![SchedSlice {
+            handoff_p99_ns: 40_000,
+            slices: vec![SliceShare {
                 slice_id: "job1".into(),
+                guarantee: 0.3,
+                limit: 0.6,
                 achieved_1s: 0.25,
                 achieved_10s: 0.3,
-                handoffs: 21,
-                wait: std::time::Duration::from_millis(1500),
+                grants: 21,
+                wait_ns: 1_500_000_000,
+                charged_ns: 2_000_000_000,
+                ..SliceShare::default()
             }],
-        }]
+        }],
     });
     let src = Sources {
         state: Arc::clone(&st),
@@ -189,7 +200,7 @@ fn scrape_parses_and_carries_the_numbers() {
         0.25
     );
     assert_eq!(
-        m[&format!("gpuslice_slice_lease_handoffs_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        m[&format!("gpuslice_slice_lease_grants_total{{slice=\"job1\",device=\"{idx}\"}}")],
         21.0
     );
     assert_eq!(
@@ -199,6 +210,18 @@ fn scrape_parses_and_carries_the_numbers() {
     assert_eq!(
         m[&format!("gpuslice_device_lease_handoffs_total{{device=\"{idx}\"}}")],
         42.0
+    );
+    assert_eq!(
+        m[&format!("gpuslice_slice_charged_seconds_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        2.0
+    );
+    assert_eq!(
+        m[&format!("gpuslice_device_lease_handoff_p99_seconds{{device=\"{idx}\"}}")],
+        4e-5
+    );
+    assert_eq!(
+        m[&format!("gpuslice_device_lease_quantum_seconds{{device=\"{idx}\"}}")],
+        0.005
     );
     assert!(m.contains_key("gpuslice_reclaimed_processes_total"));
     assert!(m.contains_key("gpuslice_reclaim_released_slices_total"));
