@@ -1,0 +1,245 @@
+//! End to end on the simulated GPU: the real `gpuslice-arbiter` binary, `gpuslice run` with the
+//! real interposer, workloads from `gpuslice-workloads`. Checks what only the whole chain shows:
+//! `status` reads the memory a tenant holds, the metrics endpoint reports achieved shares for
+//! `run` slices, the arbiter reclaims a SIGKILLed tenant's memory, and slices go away with their
+//! commands. Needs the simulated driver, the interposer and the workloads built in the same
+//! profile (`cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-interposer
+//! -p gpuslice-workloads -p gpuslice-arbiter`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GI: u64 = 1 << 30;
+
+fn profile_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpuslice"));
+    exe.parent().unwrap().to_path_buf()
+}
+
+struct Node {
+    dir: PathBuf,
+    arbiter: Child,
+    metrics: String,
+}
+
+impl Node {
+    fn start(tag: &str) -> Node {
+        let prof = profile_dir();
+        for f in [
+            "libcuda.so",
+            "libnvidia_ml.so",
+            "libgpuslice.so",
+            "gpuslice-workload",
+            "gpuslice-arbiter",
+        ] {
+            assert!(
+                prof.join(f).exists(),
+                "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
+                 -p gpuslice-interposer -p gpuslice-workloads -p gpuslice-arbiter",
+                prof.join(f).display()
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("gs-h8e-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::create_dir_all(dir.join("state")).unwrap();
+        std::os::unix::fs::symlink(prof.join("libcuda.so"), dir.join("lib/libcuda.so.1")).unwrap();
+        std::os::unix::fs::symlink(
+            prof.join("libnvidia_ml.so"),
+            dir.join("lib/libnvidia-ml.so.1"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("config.toml"),
+            format!(
+                "interposer = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+                 [admission]\ncontext_reserve = \"16Mi\"\n",
+                prof.join("libgpuslice.so").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("arbiter.log")).unwrap();
+        let mut c = Command::new(prof.join("gpuslice-arbiter"));
+        c.env("GPUSLICE_NVML_LIBRARY", dir.join("lib/libnvidia-ml.so.1"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        Self::env(&mut c, &dir);
+        let arbiter = c.spawn().unwrap();
+        let t0 = Instant::now();
+        let metrics = loop {
+            let log = std::fs::read_to_string(dir.join("arbiter.log")).unwrap_or_default();
+            if let Some(rest) = log.split("metrics on http://").nth(1) {
+                break rest.split('/').next().unwrap().to_string();
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "arbiter log: {log}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while !dir.join("state/arbiter.sock").exists() {
+            assert!(t0.elapsed() < Duration::from_secs(20));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Node {
+            dir,
+            arbiter,
+            metrics,
+        }
+    }
+
+    fn env(c: &mut Command, dir: &Path) {
+        c.env("LD_LIBRARY_PATH", dir.join("lib"))
+            .env("GPUSLICE_SIM_STATE", dir.join("sim.state"))
+            .env(
+                "GPUSLICE_SIM_DEVICES",
+                "name=Test GPU 8G,mem=8Gi,sms=16,cc=9.0",
+            )
+            .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env("GPUSLICE_STATE_DIR", dir.join("state"))
+            .env("GPUSLICE_CONFIG", dir.join("config.toml"))
+            .env_remove("LD_PRELOAD");
+    }
+
+    fn gpuslice(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_gpuslice"));
+        c.args(args).current_dir(&self.dir);
+        Self::env(&mut c, &self.dir);
+        c
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let o = self.gpuslice(&["status", "--json"]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn scrape(&self) -> String {
+        let mut s = TcpStream::connect(&self.metrics).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.arbiter.kill();
+        let _ = self.arbiter.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn workload() -> String {
+    profile_dir()
+        .join("gpuslice-workload")
+        .display()
+        .to_string()
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn run_status_metrics_and_reclaim_on_the_simulated_gpu() {
+    let n = Node::start("all");
+    let w = workload();
+
+    // Two saturating tenants, 30/70: the metrics endpoint reports their achieved shares.
+    let sat = |compute: &str| {
+        n.gpuslice(&[
+            "run",
+            "--memory",
+            "1Gi",
+            "--compute",
+            compute,
+            "--",
+            &w,
+            "--via",
+            "dlsym",
+            "saturate",
+            "--kernel-us",
+            "1000",
+            "--seconds",
+            "3",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let (a, b) = (sat("30"), sat("70"));
+    std::thread::sleep(Duration::from_millis(2200));
+    let text = n.scrape();
+    let status = n.status();
+    let slices = status["devices"][0]["slices"].as_array().unwrap().clone();
+    assert_eq!(slices.len(), 2, "{status}");
+    let share = |guar: u64| -> f64 {
+        let id = slices
+            .iter()
+            .find(|s| s["compute_guaranteed"] == guar)
+            .unwrap()["slice_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let key = format!(
+            "gpuslice_slice_achieved_share_ratio{{slice=\"{id}\",device=\"0\",window=\"1s\"}} "
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&key))
+            .unwrap_or_else(|| panic!("{key} in {text}"));
+        line[key.len()..].parse().unwrap()
+    };
+    let (s30, s70) = (share(30), share(70));
+    assert!(s30 > 0.05 && s70 > s30, "achieved 1s: {s30} / {s70}");
+    for c in [a, b] {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    }
+    wait_for("run slices released", Duration::from_secs(5), || {
+        n.status()["devices"][0]["slices"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    });
+
+    // A tenant holding its whole 1Gi cap; status reads it; SIGKILL it and the arbiter gives the
+    // memory back while the slice (its gpuslice run) lives on.
+    let script = format!(
+        "{w} --via dlsym fill --chunk 256Mi --hold-ms 60000 & echo $! > victim; wait; sleep 30"
+    );
+    let mut holder = n
+        .gpuslice(&["run", "--memory", "1Gi", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let used = |n: &Node| n.status()["devices"][0]["slices"][0]["memory_used"].as_u64();
+    wait_for("1Gi in use", Duration::from_secs(20), || {
+        used(&n) == Some(GI)
+    });
+    let procs = n.status()["devices"][0]["slices"][0]["processes"].clone();
+    assert_eq!(procs.as_array().map(Vec::len), Some(1), "{procs}");
+    let victim: i32 = std::fs::read_to_string(n.dir.join("victim"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill on a pid our test's own process tree just started and recorded.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    // The promise is 1 s; loaded test machines get slack.
+    wait_for("reclaimed memory", Duration::from_secs(5), || {
+        used(&n) == Some(0)
+    });
+    assert!(n.scrape().contains("gpuslice_reclaimed_processes_total 1"));
+    // SAFETY: kill on our own unreaped child.
+    unsafe { libc::kill(holder.id() as i32, libc::SIGTERM) };
+    let st = holder.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM));
+}
