@@ -6,6 +6,9 @@ use crate::dist;
 use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
 
+#[path = "bench_interposer.rs"]
+mod bench_interposer;
+
 /// (name, what it measures, issue that builds it when not yet available)
 const BENCHES: &[(&str, &str, Option<u32>)] = &[
     (
@@ -16,7 +19,7 @@ const BENCHES: &[(&str, &str, Option<u32>)] = &[
     (
         "interposer",
         "added ns per launch / alloc-free / cuMemGetInfo with vs without libgpuslice.so",
-        Some(3),
+        None,
     ),
     (
         "share",
@@ -50,6 +53,7 @@ pub fn run(list: bool, name: Option<&str>, _args: &[String]) -> Result<()> {
     }
     match name {
         "share" => crate::bench_share::run(),
+        "interposer" => bench_interposer::run(),
         _ => sim(),
     }
 }

@@ -46,6 +46,13 @@ const SUITES: &[Suite] = &[
         run: interposer,
     },
     Suite {
+        name: "arbiter",
+        about: "requests, protocol and config (api); admission, placement, daemon, scheduler, \
+                reclaim, metrics (arbiter); the gpuslice CLI; shares end to end on the simulator",
+        needs_root: false,
+        run: arbiter,
+    },
+    Suite {
         name: "workloads",
         about: "workload clients (linked, dlsym, cuGetProcAddress_v2; threads; processes) and the \
                 outside-client acceptance checks against the built simulator",
@@ -204,8 +211,13 @@ fn region() -> Result<()> {
 }
 
 fn interposer() -> Result<()> {
-    build_sim()?;
+    build_processes()?;
     cargo_test(&["gpuslice-interposer"], &[])
+}
+
+fn arbiter() -> Result<()> {
+    build_processes()?;
+    cargo_test(&["gpuslice-api", "gpuslice-arbiter", "gpuslice-cli"], &[])
 }
 
 fn workloads() -> Result<()> {

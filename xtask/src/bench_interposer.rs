@@ -1,0 +1,226 @@
+//! `cargo xtask bench interposer`: the interposer's added cost per driver call, measured side by
+//! side in one run. A bench client (`interposer/examples/bench_client.rs`) times each call
+//! (`cuLaunchKernel` of `noop`, a `cuMemAlloc_v2` + `cuMemFree_v2` pair, `cuMemGetInfo_v2`) in
+//! three configurations, alternated over several rounds: without the interposer, with it and no
+//! request (pass-through), and with it enforcing a standalone memory cap (`GPUSLICE_MEMORY`; the
+//! launch gate is open: no arbiter). Also the start time of `true` with and without the preload
+//! (a process that never touches CUDA). Medians and p99 over all samples; "added" = with −
+//! without. Results go to docs/benchmarks.md.
+
+use crate::shell::{cargo, exec, target_dir};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const ROUNDS: usize = 6;
+const SAMPLES: &str = "20000";
+const STARTS: usize = 200;
+
+struct Config {
+    name: &'static str,
+    preload: bool,
+    envs: &'static [(&'static str, &'static str)],
+}
+
+const CONFIGS: &[Config] = &[
+    Config {
+        name: "without",
+        preload: false,
+        envs: &[],
+    },
+    Config {
+        name: "with, no request",
+        preload: true,
+        envs: &[],
+    },
+    Config {
+        name: "with, capped",
+        preload: true,
+        envs: &[("GPUSLICE_MEMORY", "8Gi")],
+    },
+];
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+struct Setup {
+    client: PathBuf,
+    preload: PathBuf,
+    libs: PathBuf,
+    state: PathBuf,
+}
+
+fn setup() -> Result<Setup> {
+    exec(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "gpuslice-sim-cuda",
+        "-p",
+        "gpuslice-sim-nvml",
+        "-p",
+        "gpuslice-interposer",
+    ]))?;
+    exec(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "gpuslice-interposer",
+        "--example",
+        "bench_client",
+    ]))?;
+    let rel = target_dir().join("release");
+    let dir =
+        std::env::temp_dir().join(format!("gpuslice-bench-interposer-{}", std::process::id()));
+    let libs = dir.join("lib");
+    std::fs::create_dir_all(&libs)?;
+    for (from, to) in [
+        ("libcuda.so", "libcuda.so.1"),
+        ("libnvidia_ml.so", "libnvidia-ml.so.1"),
+    ] {
+        let link = libs.join(to);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(rel.join(from), &link)
+            .with_context(|| format!("linking {}", link.display()))?;
+    }
+    Ok(Setup {
+        client: rel.join("examples/bench_client"),
+        preload: rel.join("libgpuslice.so"),
+        libs,
+        state: dir.join("sim.state"),
+    })
+}
+
+fn command(s: &Setup, program: &Path, c: &Config) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env("LD_LIBRARY_PATH", &s.libs)
+        .env("GPUSLICE_SIM_STATE", &s.state)
+        .env("GPUSLICE_SIM_DEVICES", "mem=80Gi")
+        .env_remove("LD_PRELOAD")
+        .env_remove("GPUSLICE_MEMORY")
+        .env_remove("GPUSLICE_SLICE_DIR")
+        .env_remove("GPUSLICE_STANDALONE_ID")
+        .env_remove("CUDA_DEVICE_MEMORY_LIMIT");
+    if c.preload {
+        cmd.env("LD_PRELOAD", &s.preload);
+    }
+    for (k, v) in c.envs {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// config → op → samples (ns)
+type Samples = BTreeMap<&'static str, BTreeMap<String, Vec<u64>>>;
+
+fn run_client(s: &Setup, c: &Config, all: &mut Samples) -> Result<()> {
+    let out = command(s, &s.client, c)
+        .arg(SAMPLES)
+        .output()
+        .context("running the bench client")?;
+    if !out.status.success() {
+        bail!(
+            "bench client ({}) failed: {}",
+            c.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut w = line.split_ascii_whitespace();
+        if w.next() != Some("OP") {
+            continue;
+        }
+        let Some(op) = w.next() else { continue };
+        let v = all
+            .entry(c.name)
+            .or_default()
+            .entry(op.to_string())
+            .or_default();
+        v.extend(w.filter_map(|x| x.parse::<u64>().ok()));
+    }
+    Ok(())
+}
+
+fn start_times(s: &Setup, c: &Config, into: &mut Vec<u64>) -> Result<()> {
+    for _ in 0..STARTS / ROUNDS {
+        let t = Instant::now();
+        let st = command(s, Path::new("/bin/true"), c).status()?;
+        into.push(t.elapsed().as_nanos() as u64);
+        if !st.success() {
+            bail!("/bin/true failed under {}", c.name);
+        }
+    }
+    Ok(())
+}
+
+pub fn run() -> Result<()> {
+    let s = setup()?;
+    let mut all: Samples = BTreeMap::new();
+    let mut starts: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    for round in 0..ROUNDS {
+        // Alternate the order so drift (other load, frequency) hits every configuration.
+        let order: Vec<&Config> = if round % 2 == 0 {
+            CONFIGS.iter().collect()
+        } else {
+            CONFIGS.iter().rev().collect()
+        };
+        for c in order {
+            eprintln!("round {}/{ROUNDS}: {}", round + 1, c.name);
+            run_client(&s, c, &mut all)?;
+            start_times(&s, c, starts.entry(c.name).or_default())?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(s.libs.parent().unwrap_or(&s.libs));
+    println!("command: cargo xtask bench interposer");
+    println!(
+        "{ROUNDS} alternating rounds per configuration, {SAMPLES} samples per op per round \
+         (alloc/free: a quarter); ns per call\n"
+    );
+    println!(
+        "| op | without: median / p99 | with, no request: median / p99 | added median | ratio | with, capped: median / p99 | added median | ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let stats = |cfg: &str, op: &str| -> (u64, u64) {
+        let mut v = all
+            .get(cfg)
+            .and_then(|m| m.get(op))
+            .cloned()
+            .unwrap_or_default();
+        v.sort_unstable();
+        (percentile(&v, 0.5), percentile(&v, 0.99))
+    };
+    for op in ["launch", "alloc_free", "mem_get_info"] {
+        let (b, b99) = stats("without", op);
+        let (p, p99) = stats("with, no request", op);
+        let (c, c99) = stats("with, capped", op);
+        let ratio = |x: u64| x as f64 / b.max(1) as f64;
+        println!(
+            "| {op} | {b} / {b99} | {p} / {p99} | {:+} | {:.2} | {c} / {c99} | {:+} | {:.2} |",
+            p as i64 - b as i64,
+            ratio(p),
+            c as i64 - b as i64,
+            ratio(c)
+        );
+    }
+    println!("\nstart of /bin/true (a process that never touches CUDA), µs:\n");
+    println!("| configuration | median | p99 |");
+    println!("|---|---|---|");
+    for c in CONFIGS {
+        let mut v = starts.get(c.name).cloned().unwrap_or_default();
+        v.sort_unstable();
+        println!(
+            "| {} | {:.0} | {:.0} |",
+            c.name,
+            percentile(&v, 0.5) as f64 / 1000.0,
+            percentile(&v, 0.99) as f64 / 1000.0
+        );
+    }
+    Ok(())
+}
