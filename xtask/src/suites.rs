@@ -180,6 +180,24 @@ fn build_sim() -> Result<()> {
     ]))
 }
 
+/// Builds everything end-to-end tests start as separate processes: the simulator, the
+/// interposer, the workload clients, the arbiter and the CLI (`cargo test` builds only the
+/// binaries of the package under test).
+fn build_processes() -> Result<()> {
+    build_sim()?;
+    let mut c = cargo();
+    c.arg("build");
+    for p in [
+        "gpuslice-interposer",
+        "gpuslice-workloads",
+        "gpuslice-arbiter",
+        "gpuslice-cli",
+    ] {
+        c.args(["-p", p]);
+    }
+    exec(&mut c)
+}
+
 fn lint() -> Result<()> {
     exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
     exec(cargo().args([
