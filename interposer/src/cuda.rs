@@ -308,7 +308,7 @@ fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> R {
     let r = call!(cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> R; free, total);
-    if r != CUDA_SUCCESS || free.is_null() || total.is_null() {
+    if r != CUDA_SUCCESS || free.is_null() || total.is_null() || gate().is_none() {
         return r;
     }
     let Some(_g) = guard::enter() else { return r };
@@ -333,7 +333,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> R {
     let r = call!(cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> R; free, total);
-    if r != CUDA_SUCCESS || free.is_null() || total.is_null() {
+    if r != CUDA_SUCCESS || free.is_null() || total.is_null() || gate().is_none() {
         return r;
     }
     let Some(_g) = guard::enter() else { return r };

@@ -1,11 +1,14 @@
 //! `cargo xtask bench interposer`: the interposer's added cost per driver call, measured side by
 //! side in one run. A bench client (`interposer/examples/bench_client.rs`) times each call
-//! (`cuLaunchKernel` of `noop`, a `cuMemAlloc_v2` + `cuMemFree_v2` pair, `cuMemGetInfo_v2`) in
-//! three configurations, alternated over several rounds: without the interposer, with it and no
-//! request (pass-through), and with it enforcing a standalone memory cap (`GPUSLICE_MEMORY`; the
-//! launch gate is open: no arbiter). Also the start time of `true` with and without the preload
-//! (a process that never touches CUDA). Medians and p99 over all samples; "added" = with −
-//! without. Results go to docs/benchmarks.md.
+//! (`cuLaunchKernel` of `noop`, a `cuMemAlloc_v2` + `cuMemFree_v2` pair, `cuMemGetInfo_v2`; each
+//! sample the mean of 16 consecutive calls) in three configurations, alternated over several
+//! rounds: without the interposer, with it and no request (pass-through), and with it enforcing
+//! a standalone memory cap (`GPUSLICE_MEMORY`; the launch gate is open: no arbiter). Two drivers:
+//! a stub `libcuda.so.1` that returns at once (`interposer/examples/stub_cuda.rs`: the difference
+//! is the interposer's own cost) and the simulated GPU (end to end, with its own variance). Also
+//! the start time of `/bin/true` with and without the preload (a process that never touches
+//! CUDA). Medians and p99 over all samples; "added" = with − without. Results go to
+//! docs/benchmarks.md.
 
 use crate::shell::{cargo, exec, target_dir};
 use anyhow::{bail, Context, Result};
@@ -53,6 +56,8 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 struct Setup {
     client: PathBuf,
     preload: PathBuf,
+    /// (driver name, directory holding its libcuda.so.1)
+    drivers: Vec<(&'static str, PathBuf)>,
     libs: PathBuf,
     state: PathBuf,
 }
@@ -75,6 +80,8 @@ fn setup() -> Result<Setup> {
         "gpuslice-interposer",
         "--example",
         "bench_client",
+        "--example",
+        "stub_cuda",
     ]))?;
     let rel = target_dir().join("release");
     let dir =
@@ -90,17 +97,24 @@ fn setup() -> Result<Setup> {
         std::os::unix::fs::symlink(rel.join(from), &link)
             .with_context(|| format!("linking {}", link.display()))?;
     }
+    let stub = dir.join("stub");
+    std::fs::create_dir_all(&stub)?;
+    let link = stub.join("libcuda.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(rel.join("examples/libstub_cuda.so"), &link)
+        .with_context(|| format!("linking {}", link.display()))?;
     Ok(Setup {
         client: rel.join("examples/bench_client"),
         preload: rel.join("libgpuslice.so"),
+        drivers: vec![("stub driver", stub), ("simulated GPU", libs.clone())],
         libs,
         state: dir.join("sim.state"),
     })
 }
 
-fn command(s: &Setup, program: &Path, c: &Config) -> Command {
+fn command(s: &Setup, libs: &Path, program: &Path, c: &Config) -> Command {
     let mut cmd = Command::new(program);
-    cmd.env("LD_LIBRARY_PATH", &s.libs)
+    cmd.env("LD_LIBRARY_PATH", libs)
         .env("GPUSLICE_SIM_STATE", &s.state)
         .env("GPUSLICE_SIM_DEVICES", "mem=80Gi")
         .env_remove("LD_PRELOAD")
@@ -120,8 +134,8 @@ fn command(s: &Setup, program: &Path, c: &Config) -> Command {
 /// config → op → samples (ns)
 type Samples = BTreeMap<&'static str, BTreeMap<String, Vec<u64>>>;
 
-fn run_client(s: &Setup, c: &Config, all: &mut Samples) -> Result<()> {
-    let out = command(s, &s.client, c)
+fn run_client(s: &Setup, libs: &Path, c: &Config, all: &mut Samples) -> Result<()> {
+    let out = command(s, libs, &s.client, c)
         .arg(SAMPLES)
         .output()
         .context("running the bench client")?;
@@ -151,7 +165,7 @@ fn run_client(s: &Setup, c: &Config, all: &mut Samples) -> Result<()> {
 fn start_times(s: &Setup, c: &Config, into: &mut Vec<u64>) -> Result<()> {
     for _ in 0..STARTS / ROUNDS {
         let t = Instant::now();
-        let st = command(s, Path::new("/bin/true"), c).status()?;
+        let st = command(s, &s.libs, Path::new("/bin/true"), c).status()?;
         into.push(t.elapsed().as_nanos() as u64);
         if !st.success() {
             bail!("/bin/true failed under {}", c.name);
@@ -162,52 +176,61 @@ fn start_times(s: &Setup, c: &Config, into: &mut Vec<u64>) -> Result<()> {
 
 pub fn run() -> Result<()> {
     let s = setup()?;
-    let mut all: Samples = BTreeMap::new();
+    let mut results: Vec<(&'static str, Samples)> = Vec::new();
     let mut starts: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
-    for round in 0..ROUNDS {
-        // Alternate the order so drift (other load, frequency) hits every configuration.
-        let order: Vec<&Config> = if round % 2 == 0 {
-            CONFIGS.iter().collect()
-        } else {
-            CONFIGS.iter().rev().collect()
-        };
-        for c in order {
-            eprintln!("round {}/{ROUNDS}: {}", round + 1, c.name);
-            run_client(&s, c, &mut all)?;
-            start_times(&s, c, starts.entry(c.name).or_default())?;
+    for (driver, libs) in &s.drivers {
+        let mut all: Samples = BTreeMap::new();
+        for round in 0..ROUNDS {
+            // Alternate the order so drift (other load, frequency) hits every configuration.
+            let order: Vec<&Config> = if round % 2 == 0 {
+                CONFIGS.iter().collect()
+            } else {
+                CONFIGS.iter().rev().collect()
+            };
+            for c in order {
+                eprintln!("{driver}: round {}/{ROUNDS}: {}", round + 1, c.name);
+                run_client(&s, libs, c, &mut all)?;
+                if *driver == "simulated GPU" {
+                    start_times(&s, c, starts.entry(c.name).or_default())?;
+                }
+            }
         }
+        results.push((driver, all));
     }
     let _ = std::fs::remove_dir_all(s.libs.parent().unwrap_or(&s.libs));
     println!("command: cargo xtask bench interposer");
     println!(
         "{ROUNDS} alternating rounds per configuration, {SAMPLES} samples per op per round \
-         (alloc/free: a quarter); ns per call\n"
+         (alloc/free: a quarter), each sample the mean of 16 calls; ns per call"
     );
-    println!(
-        "| op | without: median / p99 | with, no request: median / p99 | added median | ratio | with, capped: median / p99 | added median | ratio |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    let stats = |cfg: &str, op: &str| -> (u64, u64) {
-        let mut v = all
-            .get(cfg)
-            .and_then(|m| m.get(op))
-            .cloned()
-            .unwrap_or_default();
-        v.sort_unstable();
-        (percentile(&v, 0.5), percentile(&v, 0.99))
-    };
-    for op in ["launch", "alloc_free", "mem_get_info"] {
-        let (b, b99) = stats("without", op);
-        let (p, p99) = stats("with, no request", op);
-        let (c, c99) = stats("with, capped", op);
-        let ratio = |x: u64| x as f64 / b.max(1) as f64;
+    for (driver, all) in &results {
+        println!("\n{driver}:\n");
         println!(
-            "| {op} | {b} / {b99} | {p} / {p99} | {:+} | {:.2} | {c} / {c99} | {:+} | {:.2} |",
-            p as i64 - b as i64,
-            ratio(p),
-            c as i64 - b as i64,
-            ratio(c)
+            "| op | without: median / p99 | with, no request: median / p99 | added median | ratio | with, capped: median / p99 | added median | ratio |"
         );
+        println!("|---|---|---|---|---|---|---|---|");
+        let stats = |cfg: &str, op: &str| -> (u64, u64) {
+            let mut v = all
+                .get(cfg)
+                .and_then(|m| m.get(op))
+                .cloned()
+                .unwrap_or_default();
+            v.sort_unstable();
+            (percentile(&v, 0.5), percentile(&v, 0.99))
+        };
+        for op in ["launch", "alloc_free", "mem_get_info"] {
+            let (b, b99) = stats("without", op);
+            let (p, p99) = stats("with, no request", op);
+            let (c, c99) = stats("with, capped", op);
+            let ratio = |x: u64| x as f64 / b.max(1) as f64;
+            println!(
+                "| {op} | {b} / {b99} | {p} / {p99} | {:+} | {:.2} | {c} / {c99} | {:+} | {:.2} |",
+                p as i64 - b as i64,
+                ratio(p),
+                c as i64 - b as i64,
+                ratio(c)
+            );
+        }
     }
     println!("\nstart of /bin/true (a process that never touches CUDA), µs:\n");
     println!("| configuration | median | p99 |");
