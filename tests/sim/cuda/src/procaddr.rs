@@ -28,7 +28,9 @@ fn own_handle() -> Option<usize> {
             dli_sname: std::ptr::null(),
             dli_saddr: std::ptr::null_mut(),
         };
-        let me = cuGetProcAddress_v2 as *const c_void;
+        // A private function: the address of an exported one may resolve (through the GOT) to
+        // an interposer's definition of the same name when one is preloaded.
+        let me = own_handle as *const c_void;
         // SAFETY: `me` is an address inside this library; `info` is a valid out-struct.
         if unsafe { libc::dladdr(me, &mut info) } == 0 || info.dli_fname.is_null() {
             return None;
