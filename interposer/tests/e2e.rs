@@ -263,6 +263,63 @@ fn child_race(seconds: f64) {
     println!("\nRACE_OK={ok}");
 }
 
+/// `cuGetProcAddress(_v2)` for several (symbol, cudaVersion, flags): the pointer must be our
+/// wrapper of the export the driver's rule picks (older variants included).
+fn child_variants() {
+    // SAFETY: loading the (simulated) driver by soname.
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) };
+    assert!(!h.is_null());
+    type Gpa2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> R;
+    type Gpa1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> R;
+    // SAFETY: the driver's cuGetProcAddress(_v2) signatures.
+    let (gpa2, gpa1): (Gpa2, Gpa1) = unsafe {
+        (
+            std::mem::transmute(sym(h, "cuGetProcAddress_v2", false)),
+            std::mem::transmute(sym(h, "cuGetProcAddress", false)),
+        )
+    };
+    const PTDS: u64 = 2;
+    let cases: &[(&str, c_int, u64, &str)] = &[
+        ("cuMemAlloc", 2000, 0, "cuMemAlloc"),
+        ("cuMemAlloc", 3020, 0, "cuMemAlloc_v2"),
+        ("cuMemAlloc", 12080, 0, "cuMemAlloc_v2"),
+        ("cuMemGetInfo", 2000, 0, "cuMemGetInfo"),
+        ("cuMemGetInfo", 11030, 0, "cuMemGetInfo_v2"),
+        ("cuGraphInstantiate", 10000, 0, "cuGraphInstantiate"),
+        ("cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2"),
+        (
+            "cuGraphInstantiate",
+            12000,
+            0,
+            "cuGraphInstantiateWithFlags",
+        ),
+        ("cuLaunchKernel", 12000, 0, "cuLaunchKernel"),
+        ("cuLaunchKernel", 12000, PTDS, "cuLaunchKernel_ptsz"),
+        ("cuMemAllocAsync", 11020, PTDS, "cuMemAllocAsync_ptsz"),
+        ("cuMemAllocAsync", 12080, 0, "cuMemAllocAsync"),
+    ];
+    let mut ok = 0;
+    for &(name, ver, flags, export) in cases {
+        let n = CString::new(name).unwrap();
+        let (mut p2, mut p1, mut st) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        // SAFETY: valid pointers.
+        let (r2, r1) = unsafe {
+            (
+                gpa2(n.as_ptr(), &mut p2, ver, flags, &mut st),
+                gpa1(n.as_ptr(), &mut p1, ver, flags),
+            )
+        };
+        let want = sym(libc::RTLD_DEFAULT, export, false);
+        let good = r2 == 0 && r1 == 0 && p2 == want && p1 == want;
+        println!(
+            "\nVARIANT {name}@{ver}/{flags} -> {export}: {}",
+            if good { "OK" } else { "BAD" }
+        );
+        ok += u64::from(good);
+    }
+    println!("\nVARIANTS_OK={ok} VARIANTS={}", cases.len());
+}
+
 #[test]
 fn child_entry() {
     let Ok(mode) = std::env::var("H4_CHILD") else {
@@ -276,6 +333,7 @@ fn child_entry() {
         ),
         "hold" => child_hold(arg.parse().unwrap()),
         "race" => child_race(arg.parse().unwrap()),
+        "variants" => child_variants(),
         m => panic!("unknown child mode {m}"),
     }
 }
@@ -285,12 +343,13 @@ fn child_entry() {
 #[test]
 fn cap_is_exact_through_every_entry_path() {
     let e = setup("paths");
-    // procaddr:* needs the simulator's cuGetProcAddress to find its own exports even when they are
-    // interposed (see the report); set H4_PROCADDR=1 to include those paths.
-    let mut paths = vec!["dlsym", "dlvsym"];
-    if std::env::var("H4_PROCADDR").is_ok() {
-        paths.extend(["procaddr:11030", "procaddr:12000", "procaddr:12080"]);
-    }
+    let paths = [
+        "dlsym",
+        "dlvsym",
+        "procaddr:11030",
+        "procaddr:12000",
+        "procaddr:12080",
+    ];
     for how in paths {
         let (out, err) = e.run(
             "fill",
@@ -326,6 +385,17 @@ fn cap_is_exact_through_every_entry_path() {
             "{how}: frees return the memory"
         );
     }
+}
+
+#[test]
+fn get_proc_address_maps_each_variant_to_its_wrapper() {
+    let e = setup("variants");
+    let (out, err) = e.run("variants", true, &[("GPUSLICE_MEMORY", "64Mi")]);
+    assert_eq!(
+        field(&out, "VARIANTS_OK"),
+        field(&out, "VARIANTS"),
+        "{out}\n{err}"
+    );
 }
 
 #[test]
