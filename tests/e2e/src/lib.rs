@@ -1,0 +1,33 @@
+//! Harness for the end-to-end suites (`tests/e2e/tests/*.rs`): real engines, run as root.
+//!
+//! This crate is test support only (never shipped), so it reports errors with `anyhow`.
+//! The pieces:
+//! - [`gate`]: may this suite run here? (root, engines, dist tree; `CI=true` turns a skip into a failure)
+//! - [`paths`]: the workspace, the dist tree, the engines' binaries
+//! - [`scratch`]: per-test temporary directories, removed safely (never through a mount)
+//! - [`procs`]: child processes and descendants (the test process is a child subreaper)
+//! - [`daemon`]: a daemon started by a test, stopped by PID when dropped
+//! - [`snapshot`]: "nothing left behind": state directory, mount table, descendant processes
+//! - [`sim`]: the simulated GPU node seen from the host and from containers
+//! - [`image`]: the test root filesystem, OCI archive and Docker import tarball
+//! - [`runc`], [`containerd`], [`docker`], [`arbiter`]: one engine each
+//! - [`suite`]: shared set-up and assertions of the suites
+//! - [`workload`]: running `gpuslice-workload` and reading its `key=value` output
+
+pub mod arbiter;
+pub mod containerd;
+pub mod daemon;
+pub mod docker;
+pub mod gate;
+pub mod image;
+pub mod paths;
+pub mod procs;
+pub mod runc;
+pub mod scratch;
+pub mod sim;
+pub mod snapshot;
+pub mod suite;
+pub mod workload;
+
+/// One GiB, the cap most suites ask for.
+pub const GIB: u64 = 1 << 30;

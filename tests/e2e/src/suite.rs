@@ -1,0 +1,116 @@
+//! Shared set-up and assertions of the suites: a node (scratch directory, simulated GPU, test
+//! image), the workload command lines, and the checks "sees the whole device" / "sees and is
+//! held to a 1 GiB slice".
+
+use crate::image::{self, TestImage, WORKLOAD};
+use crate::scratch::Scratch;
+use crate::sim::{SimNode, DEVICE_MEM};
+use crate::{workload, GIB};
+use anyhow::{ensure, Context, Result};
+use std::process::Output;
+
+/// One test's node.
+#[derive(Debug)]
+pub struct Node {
+    /// The simulated GPU (its state lives in the scratch directory).
+    pub sim: SimNode,
+    /// The test image.
+    pub image: TestImage,
+    /// The scratch directory (dropped last).
+    pub scratch: Scratch,
+}
+
+impl Node {
+    /// Scratch directory, simulated node and image, for a test tagged `tag`.
+    pub fn new(tag: &str) -> Result<Self> {
+        crate::procs::become_subreaper();
+        let scratch = Scratch::new(tag)?;
+        let sim = SimNode::new(&scratch)?;
+        let image = image::build(&scratch.dir("image")?)?;
+        Ok(Self {
+            sim,
+            image,
+            scratch,
+        })
+    }
+}
+
+/// `gpuslice-workload info` followed by `fill --chunk 256Mi`, in one container (via `sh -c`).
+pub fn info_and_fill() -> Vec<String> {
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("{WORKLOAD} info && echo --- && {WORKLOAD} fill --chunk 256Mi"),
+    ]
+}
+
+/// The output's stdout, or an error with everything when the run failed.
+pub fn stdout_ok(what: &str, o: &Output) -> Result<String> {
+    ensure!(
+        o.status.success(),
+        "{what} failed: {}",
+        crate::procs::describe(o)
+    );
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// `info` + `fill` output of a container with no slice: the whole simulated device, OOM only
+/// at the device's capacity.
+pub fn assert_whole_device(out: &str) -> Result<()> {
+    let (info, fill) = out
+        .split_once("---")
+        .context("no --- separator in output")?;
+    ensure!(
+        workload::get_u64(info, "total_mem") == Some(DEVICE_MEM),
+        "cuDeviceTotalMem: expected {DEVICE_MEM}:\n{out}"
+    );
+    ensure!(
+        workload::get_u64(info, "meminfo_total") == Some(DEVICE_MEM),
+        "cuMemGetInfo total: expected {DEVICE_MEM}:\n{out}"
+    );
+    let nvml = workload::line_with(info, "nvml_device");
+    ensure!(
+        nvml.get("total").and_then(|v| v.parse::<u64>().ok()) == Some(DEVICE_MEM),
+        "NVML total: expected {DEVICE_MEM}:\n{out}"
+    );
+    let bytes = workload::get_u64(fill, "bytes").context("fill printed no bytes=")?;
+    ensure!(
+        workload::get(fill, "refusal").as_deref() == Some("CUDA_ERROR_OUT_OF_MEMORY"),
+        "fill did not end in CUDA_ERROR_OUT_OF_MEMORY:\n{out}"
+    );
+    ensure!(
+        bytes > DEVICE_MEM - 2 * GIB && bytes < DEVICE_MEM,
+        "fill got {bytes} bytes on an unsliced {DEVICE_MEM}-byte device:\n{out}"
+    );
+    Ok(())
+}
+
+/// `info` + `fill` output of a container with a 1 GiB slice: every query reports 1 GiB and
+/// allocation stops with OOM at exactly 1 GiB.
+pub fn assert_one_gib_slice(out: &str) -> Result<()> {
+    let (info, fill) = out
+        .split_once("---")
+        .context("no --- separator in output")?;
+    ensure!(
+        workload::get_u64(info, "total_mem") == Some(GIB),
+        "cuDeviceTotalMem: expected {GIB}:\n{out}"
+    );
+    ensure!(
+        workload::get_u64(info, "meminfo_total") == Some(GIB),
+        "cuMemGetInfo total: expected {GIB}:\n{out}"
+    );
+    let nvml = workload::line_with(info, "nvml_device");
+    ensure!(
+        nvml.get("total").and_then(|v| v.parse::<u64>().ok()) == Some(GIB),
+        "NVML total: expected {GIB}:\n{out}"
+    );
+    ensure!(
+        workload::get(fill, "refusal").as_deref() == Some("CUDA_ERROR_OUT_OF_MEMORY"),
+        "fill did not end in CUDA_ERROR_OUT_OF_MEMORY:\n{out}"
+    );
+    ensure!(
+        workload::get_u64(fill, "bytes") == Some(GIB),
+        "fill with 256Mi chunks must stop at exactly {GIB} bytes:\n{out}"
+    );
+    Ok(())
+}
