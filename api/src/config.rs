@@ -116,6 +116,32 @@ impl Default for MetricsConfig {
     }
 }
 
+/// `[runtime]`: what `gpuslice-runtime` and `gpuslice-hook` do around the low-level runtime
+/// (`docs/runtime.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// The low-level runtime `gpuslice-runtime` execs: a name searched in `PATH` (`runc`, `crun`,
+    /// `nvidia-container-runtime`) or a path.
+    pub low_level: PathBuf,
+    /// Add the assigned GPUs' device nodes (`/dev/nvidiaN`, `nvidiactl`, `nvidia-uvm`) to the
+    /// container. Off when another component (NVIDIA toolkit, CDI) injects devices.
+    pub inject_devices: bool,
+    /// `gpuslice-hook`; `None` = `gpuslice-hook` next to the running executable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook: Option<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            low_level: PathBuf::from("runc"),
+            inject_devices: false,
+            hook: None,
+        }
+    }
+}
+
 /// The whole configuration file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -136,6 +162,8 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     /// Prometheus endpoint.
     pub metrics: MetricsConfig,
+    /// The runtime wrapper and hook.
+    pub runtime: RuntimeConfig,
 }
 
 impl Default for Config {
@@ -148,6 +176,7 @@ impl Default for Config {
             admission: AdmissionConfig::default(),
             scheduler: SchedulerConfig::default(),
             metrics: MetricsConfig::default(),
+            runtime: RuntimeConfig::default(),
         }
     }
 }

@@ -7,7 +7,7 @@ pub mod protocol;
 pub mod quantity;
 pub mod request;
 
-pub use config::{Config, ConfigError, FailMode, Placement};
+pub use config::{Config, ConfigError, FailMode, Placement, RuntimeConfig};
 pub use protocol::{
     AssignedDevice, DeviceStatus, ErrorCode, NodeStatus, Owner, Request, RequestEnvelope, Response,
     ResponseEnvelope, SliceStatus, PROTOCOL_VERSION,

@@ -1,2 +1,21 @@
-//! Spec edits shared by `gpuslice-runtime`, `gpuslice-hook` and `containerd-shim-gpuslice-v2`.
-//! Empty until issue #5 builds them.
+//! Spec edits shared by every gpuslice entry point (`gpuslice-runtime`, `gpuslice-hook`, later
+//! `containerd-shim-gpuslice-v2`): which containers get a slice ([`select`]), the arbiter client
+//! ([`client`]), the edits themselves ([`edit`], [`preload`], [`devices`]) on a JSON view of the
+//! OCI spec ([`spec`]), the whole bundle step with its clean-up on failure ([`prepare`]), and
+//! runc's command line ([`runc_args`]). Reference: `docs/runtime.md`.
+
+pub mod bundle;
+pub mod client;
+pub mod devices;
+pub mod edit;
+pub mod ident;
+pub mod logfile;
+pub mod preload;
+pub mod prepare;
+pub mod runc_args;
+pub mod select;
+pub mod settings;
+pub mod spec;
+
+pub use prepare::{prepare_bundle, Outcome, PrepareError};
+pub use settings::Settings;

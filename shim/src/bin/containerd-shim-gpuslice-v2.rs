@@ -2,6 +2,8 @@
 //! the real binary is tracked in issue #5.
 
 fn main() {
-    eprintln!("containerd-shim-gpuslice-v2: not implemented yet (tracked in issue #5); refusing to run");
+    eprintln!(
+        "containerd-shim-gpuslice-v2: not implemented yet (tracked in issue #5); refusing to run"
+    );
     std::process::exit(2);
 }

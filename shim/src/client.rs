@@ -1,0 +1,219 @@
+//! The arbiter client used at container creation and by the hook: one JSON line out, one in
+//! (`docs/protocol.md`), every socket operation bounded by a timeout.
+//!
+//! `bind` (pid and cgroup of a created container) is sent as a raw line because `Request` has no
+//! such variant yet; an arbiter that does not know it answers `bad_request`, which
+//! [`BindResult::Unsupported`] reports so the hook can carry on.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpuslice_api::protocol::{MAX_LINE, SOCKET_NAME};
+use gpuslice_api::{
+    ErrorCode, Owner, Request, RequestEnvelope, Response, ResponseEnvelope, SliceRequest,
+    PROTOCOL_VERSION,
+};
+use serde_json::json;
+
+/// Default bound on connecting, sending and waiting for the answer.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nobody answers on the socket.
+    #[error("cannot reach the arbiter at {path}: {source} (is gpuslice-arbiter running?)")]
+    Unreachable {
+        /// The socket.
+        path: PathBuf,
+        /// The connect error.
+        #[source]
+        source: io::Error,
+    },
+    /// The connection broke, timed out, or the reply was not understood.
+    #[error("arbiter at {path}: {message}")]
+    Protocol {
+        /// The socket.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The arbiter answered with an error.
+    #[error("{message}")]
+    Arbiter {
+        /// Its code.
+        code: ErrorCode,
+        /// Its sentence.
+        message: String,
+    },
+}
+
+/// A connection to the arbiter.
+#[derive(Debug)]
+pub struct Client {
+    path: PathBuf,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+/// The admission as the runtime needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// Host directory of the slice.
+    pub slice_dir: PathBuf,
+    /// Assigned devices.
+    pub devices: Vec<gpuslice_api::AssignedDevice>,
+    /// True when the slice already existed (then a failed create must not release it).
+    pub existing: bool,
+}
+
+/// Outcome of `bind`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindResult {
+    /// Recorded.
+    Bound,
+    /// The arbiter does not know `bind` (older protocol); its message.
+    Unsupported(String),
+}
+
+impl Client {
+    /// Connects to `<state_dir>/arbiter.sock`.
+    pub fn connect(state_dir: &Path, timeout: Duration) -> Result<Client, ClientError> {
+        Client::connect_socket(&state_dir.join(SOCKET_NAME), timeout)
+    }
+
+    /// Connects to the socket at `path`.
+    pub fn connect_socket(path: &Path, timeout: Duration) -> Result<Client, ClientError> {
+        let s = UnixStream::connect(path).map_err(|source| ClientError::Unreachable {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let proto = |e: io::Error| ClientError::Protocol {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        s.set_read_timeout(Some(timeout)).map_err(proto)?;
+        s.set_write_timeout(Some(timeout)).map_err(proto)?;
+        let writer = s.try_clone().map_err(proto)?;
+        Ok(Client {
+            path: path.to_path_buf(),
+            reader: BufReader::new(s),
+            writer,
+        })
+    }
+
+    fn proto(&self, message: impl Into<String>) -> ClientError {
+        ClientError::Protocol {
+            path: self.path.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// Sends one line and reads the answer.
+    fn exchange(&mut self, mut line: Vec<u8>) -> Result<Response, ClientError> {
+        line.push(b'\n');
+        self.writer
+            .write_all(&line)
+            .map_err(|e| self.proto(format!("send: {e}")))?;
+        let mut answer = Vec::new();
+        let n = (&mut self.reader)
+            .take(MAX_LINE as u64 * 4)
+            .read_until(b'\n', &mut answer)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    self.proto("no answer in time")
+                }
+                _ => self.proto(format!("receive: {e}")),
+            })?;
+        if n == 0 {
+            return Err(self.proto("closed the connection without answering"));
+        }
+        let env: ResponseEnvelope = serde_json::from_slice(&answer)
+            .map_err(|e| self.proto(format!("unreadable answer: {e}")))?;
+        if env.version != PROTOCOL_VERSION {
+            return Err(self.proto(format!(
+                "speaks protocol version {}, this binary {PROTOCOL_VERSION}",
+                env.version
+            )));
+        }
+        Ok(env.response)
+    }
+
+    /// Sends a request; an `error` answer becomes [`ClientError::Arbiter`].
+    pub fn call(&mut self, request: Request) -> Result<Response, ClientError> {
+        let line = serde_json::to_vec(&RequestEnvelope::new(request))
+            .map_err(|e| self.proto(e.to_string()))?;
+        match self.exchange(line)? {
+            Response::Error { code, message } => Err(ClientError::Arbiter { code, message }),
+            r => Ok(r),
+        }
+    }
+
+    /// Admits `slice_id`.
+    pub fn admit(
+        &mut self,
+        slice_id: &str,
+        request: SliceRequest,
+        owner: Owner,
+    ) -> Result<Admission, ClientError> {
+        match self.call(Request::Admit {
+            slice_id: slice_id.to_string(),
+            request,
+            owner,
+        })? {
+            Response::Admitted {
+                slice_dir,
+                devices,
+                existing,
+                ..
+            } => Ok(Admission {
+                slice_dir,
+                devices,
+                existing,
+            }),
+            other => Err(self.proto(format!("unexpected answer to admit: {other:?}"))),
+        }
+    }
+
+    /// Releases `slice_id`; `Ok(false)` when it did not exist (already released).
+    pub fn release(&mut self, slice_id: &str) -> Result<bool, ClientError> {
+        match self.call(Request::Release {
+            slice_id: slice_id.to_string(),
+        }) {
+            Ok(Response::Released { .. }) => Ok(true),
+            Err(ClientError::Arbiter {
+                code: ErrorCode::NotFound,
+                ..
+            }) => Ok(false),
+            Ok(other) => Err(self.proto(format!("unexpected answer to release: {other:?}"))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Tells the arbiter the container's real pid and cgroup (`op: "bind"`).
+    pub fn bind(
+        &mut self,
+        slice_id: &str,
+        pid: Option<u32>,
+        cgroup: Option<&str>,
+    ) -> Result<BindResult, ClientError> {
+        let mut msg = json!({"version": PROTOCOL_VERSION, "op": "bind", "slice_id": slice_id});
+        if let Some(p) = pid {
+            msg["pid"] = json!(p);
+        }
+        if let Some(c) = cgroup {
+            msg["cgroup"] = json!(c);
+        }
+        let line = serde_json::to_vec(&msg).map_err(|e| self.proto(e.to_string()))?;
+        match self.exchange(line)? {
+            Response::Error {
+                code: ErrorCode::BadRequest,
+                message,
+            } if message.contains("bind") => Ok(BindResult::Unsupported(message)),
+            Response::Error { code, message } => Err(ClientError::Arbiter { code, message }),
+            _ => Ok(BindResult::Bound),
+        }
+    }
+}
