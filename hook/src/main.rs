@@ -1,7 +1,194 @@
-//! `gpuslice-hook`: not built yet. This placeholder refuses to run so nothing pretends to work;
-//! the real binary is tracked in issue #5.
+//! `gpuslice-hook`: the OCI hook `gpuslice-runtime` adds to containers with a slice. It reads
+//! the container state (OCI `state` JSON) from stdin.
+//!
+//! * `create-runtime`: tells the arbiter the container's real pid (`state.pid`) and cgroup
+//!   (from `/proc/<pid>/cgroup`), so the arbiter can release the slice when the container is
+//!   gone even if `poststop` never runs.
+//! * `poststop`: releases the slice. A slice that is already gone is success (idempotent).
+//!
+//! Every arbiter call is bounded (`--timeout`, default 5 s); so is reading stdin. Reference:
+//! `docs/runtime.md`.
 
-fn main() {
-    eprintln!("gpuslice-hook: not implemented yet (tracked in issue #5); refusing to run");
-    std::process::exit(2);
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use gpuslice_api::ErrorCode;
+use gpuslice_shim::client::{BindResult, Client, ClientError};
+use gpuslice_shim::ident::slice_id_for;
+use gpuslice_shim::Settings;
+
+/// Largest state document read from stdin.
+const MAX_STATE: u64 = 1 << 20;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpuslice-hook",
+    version,
+    about = "OCI hook for gpuslice slices"
+)]
+struct Cli {
+    /// State directory (arbiter.sock).
+    #[arg(long, env = "GPUSLICE_STATE_DIR", global = true)]
+    state_dir: Option<PathBuf>,
+    /// Configuration file.
+    #[arg(long, env = "GPUSLICE_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// The slice; default: derived from the container id in the state.
+    #[arg(long, global = true)]
+    slice_id: Option<String>,
+    /// Bound on reading stdin and on each arbiter call, seconds.
+    #[arg(long, default_value_t = 5, global = true)]
+    timeout: u64,
+    /// procfs root (tests).
+    #[arg(long, default_value = "/proc", hide = true, global = true)]
+    proc_root: PathBuf,
+    #[command(subcommand)]
+    stage: Stage,
+}
+
+#[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// createRuntime: bind the container's pid and cgroup to its slice.
+    CreateRuntime,
+    /// poststop: release the slice (a missing slice is success).
+    Poststop,
+    /// prestart / standalone mode (CDI, hooks.d without the runtime wrapper): not built yet.
+    Prestart,
+}
+
+/// The fields of the OCI state this hook uses.
+struct State {
+    id: String,
+    pid: Option<u32>,
+}
+
+fn read_state(timeout: Duration) -> Result<State> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let r = std::io::stdin()
+            .take(MAX_STATE)
+            .read_to_end(&mut buf)
+            .map(|_| buf);
+        let _ = tx.send(r);
+    });
+    let bytes = rx
+        .recv_timeout(timeout)
+        .map_err(|_| anyhow!("no container state on stdin within {timeout:?}"))?
+        .context("reading the container state from stdin")?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).context("the container state on stdin is not JSON")?;
+    let id = v
+        .get("id")
+        .and_then(|x| x.as_str())
+        .ok_or_else(|| anyhow!("the container state has no \"id\""))?
+        .to_string();
+    let pid = v
+        .get("pid")
+        .and_then(|x| x.as_u64())
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p > 0);
+    Ok(State { id, pid })
+}
+
+/// The container's cgroup path from `/proc/<pid>/cgroup`: the v1 `memory` hierarchy, else
+/// `pids`, else the unified (v2) entry.
+fn cgroup_of(proc_root: &Path, pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
+    let by = |want: &dyn Fn(&str) -> bool| {
+        text.lines().find_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let (_, ctrl, path) = (it.next()?, it.next()?, it.next()?);
+            (want(ctrl) && !path.is_empty()).then(|| path.to_string())
+        })
+    };
+    by(&|c| c.split(',').any(|x| x == "memory"))
+        .or_else(|| by(&|c| c.split(',').any(|x| x == "pids")))
+        .or_else(|| by(&|c| c.is_empty()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpuslice-hook: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<()> {
+    if cli.stage == Stage::Prestart {
+        bail!("prestart / standalone mode is not built yet (use gpuslice-runtime); see docs/runtime.md");
+    }
+    let timeout = Duration::from_secs(cli.timeout.max(1));
+    let mut settings = Settings::load(cli.config.clone(), cli.state_dir.clone())?;
+    settings.timeout = timeout;
+    let state = read_state(timeout)?;
+    let explicit = cli.slice_id.is_some();
+    let slice_id = cli
+        .slice_id
+        .clone()
+        .unwrap_or_else(|| slice_id_for(&state.id));
+    let mut client = Client::connect(&settings.state_dir, timeout)?;
+    match cli.stage {
+        Stage::CreateRuntime => {
+            let pid = state
+                .pid
+                .ok_or_else(|| anyhow!("container {}: the state has no pid", state.id))?;
+            let cgroup = cgroup_of(&cli.proc_root, pid);
+            match client.bind(&slice_id, Some(pid), cgroup.as_deref()) {
+                Ok(BindResult::Bound) => Ok(()),
+                Ok(BindResult::Unsupported(m)) => {
+                    eprintln!(
+                        "gpuslice-hook: warning: the arbiter does not support bind ({m}); slice \"{slice_id}\" is released at poststop only"
+                    );
+                    Ok(())
+                }
+                Err(ClientError::Arbiter {
+                    code: ErrorCode::NotFound,
+                    ..
+                }) if !explicit => Ok(()), // hooks.d: this container has no slice
+                Err(e) => Err(anyhow!("slice \"{slice_id}\": bind pid {pid}: {e}")),
+            }
+        }
+        Stage::Poststop => {
+            client
+                .release(&slice_id)
+                .map_err(|e| anyhow!("slice \"{slice_id}\": release: {e}"))?;
+            Ok(())
+        }
+        Stage::Prestart => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_lines() {
+        let root = std::env::temp_dir().join(format!("gs-h9-cg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("42")).unwrap();
+        std::fs::write(
+            root.join("42/cgroup"),
+            "12:pids:/default/c1\n5:cpu,cpuacct:/default/c1\n4:memory:/default/c1m\n0::/\n",
+        )
+        .unwrap();
+        assert_eq!(cgroup_of(&root, 42).as_deref(), Some("/default/c1m"));
+        std::fs::write(root.join("42/cgroup"), "0::/system.slice/x.scope\n").unwrap();
+        assert_eq!(
+            cgroup_of(&root, 42).as_deref(),
+            Some("/system.slice/x.scope")
+        );
+        assert_eq!(cgroup_of(&root, 43), None);
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
