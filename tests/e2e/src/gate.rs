@@ -22,7 +22,11 @@ pub fn unavailable(suite: &str, why: &str) {
     if ci() {
         panic!("e2e suite {suite} cannot run under CI=true: {why}");
     }
-    eprintln!(
+    // Written to the stderr handle directly, not through eprintln!: the test harness captures the
+    // print macros of passing tests, and a skip must be seen.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
         "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
          !!! SKIPPED e2e suite {suite}: {why}\n\
          !!! this proves nothing; run as root after scripts/install-engines.sh\n\
