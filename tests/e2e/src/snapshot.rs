@@ -61,7 +61,11 @@ impl Snapshot {
             ("mount table", &before.mounts, &self.mounts),
             ("processes", &before.procs, &self.procs),
         ] {
-            let (gone, new) = multiset_diff(b, a);
+            let (mut gone, new) = multiset_diff(b, a);
+            if what == "processes" {
+                // A process that ended is not left behind; only new ones are.
+                gone.clear();
+            }
             if !gone.is_empty() || !new.is_empty() {
                 out.push_str(&format!("{what}: new {new:?}, gone {gone:?}\n"));
             }

@@ -16,6 +16,9 @@ use std::time::Duration;
 
 const T: Duration = Duration::from_secs(60);
 
+/// A device UUID the simulated node does not have.
+const UNKNOWN_GPU: &str = "GPU-deadbeef-0000-4000-8000-000000000007";
+
 /// (case, annotation key, value, words the message must contain)
 const BAD: &[(&str, &str, &str, &[&str])] = &[
     (
@@ -33,8 +36,8 @@ const BAD: &[(&str, &str, &str, &[&str])] = &[
     (
         "unknown device",
         "gpuslice.io/devices",
-        "7",
-        &["gpuslice.io/devices", "7"],
+        UNKNOWN_GPU,
+        &["gpuslice.io/devices", UNKNOWN_GPU],
     ),
     (
         "cap larger than the device",
@@ -73,6 +76,14 @@ fn check_failed(case: &str, o: &Output, words: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every case runs; the test fails at the end naming every problem.
+fn all_ok(problems: Vec<String>) -> anyhow::Result<()> {
+    if problems.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!("{} problem(s):\n{}", problems.len(), problems.join("\n\n"))
+}
+
 fn runc_list_empty(root: &std::path::Path) -> anyhow::Result<()> {
     let out = run_ok(
         Command::new(paths::runc())
@@ -106,6 +117,7 @@ fn gpuslice_runtime_refuses_bad_requests_and_leaves_nothing() -> anyhow::Result<
         .map(|(c, k, v, w)| (*c, *k, *v, w.to_vec()))
         .collect();
     cases.push(("arbiter down", "gpuslice.io/memory", "1Gi", vec!["arbiter"]));
+    let mut problems: Vec<String> = Vec::new();
     for (i, (case, key, value, words)) in cases.into_iter().enumerate() {
         if case == "arbiter down" {
             arbiter.stop();
@@ -130,15 +142,19 @@ fn gpuslice_runtime_refuses_bad_requests_and_leaves_nothing() -> anyhow::Result<
             &arbiter.client_env(),
             T,
         )?;
-        check_failed(case, &o, &words)?;
+        if let Err(e) = check_failed(case, &o, &words) {
+            problems.push(format!("{e:#}"));
+        }
         if let Some(d) =
             Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(10))
         {
-            anyhow::bail!("{case}: left something behind:\n{d}");
+            problems.push(format!("{case}: left something behind:\n{d}"));
         }
-        runc_list_empty(&root)?;
+        if let Err(e) = runc_list_empty(&root) {
+            problems.push(format!("{case}: {e:#}"));
+        }
     }
-    Ok(())
+    all_ok(problems)
 }
 
 #[test]
@@ -168,6 +184,7 @@ fn containerd_1_6_reports_gpuslice_refusals() -> anyhow::Result<()> {
         },
     )?;
     ctd.import(&node.image.oci)?;
+    let mut problems: Vec<String> = Vec::new();
     for (i, (case, key, value, words)) in BAD.iter().enumerate() {
         let before = Snapshot::take(Some(&arbiter.state_dir));
         let o = ctd.run(
@@ -181,16 +198,17 @@ fn containerd_1_6_reports_gpuslice_refusals() -> anyhow::Result<()> {
                 timeout: T,
             },
         )?;
-        check_failed(case, &o, words)?;
-        anyhow::ensure!(
-            ctd.containers()?.is_empty(),
-            "{case}: containers left in containerd"
-        );
+        if let Err(e) = check_failed(case, &o, words) {
+            problems.push(format!("{e:#}"));
+        }
+        if !ctd.containers()?.is_empty() {
+            problems.push(format!("{case}: containers left in containerd"));
+        }
         if let Some(d) =
             Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(10))
         {
-            anyhow::bail!("{case}: left something behind:\n{d}");
+            problems.push(format!("{case}: left something behind:\n{d}"));
         }
     }
-    Ok(())
+    all_ok(problems)
 }
