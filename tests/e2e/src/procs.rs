@@ -191,8 +191,10 @@ pub fn run_timeout(cmd: &mut Command, timeout: Duration) -> Result<Output> {
     loop {
         if let Some(status) = child.try_wait()? {
             // Output pipes may be held open by grandchildren (daemonised shims): don't wait forever.
-            let _ = rx.recv_timeout(Duration::from_secs(5));
-            let (stdout, stderr) = if reader.is_finished() {
+            let done = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+            // After the reader's message it only returns: join it (is_finished() could still
+            // be false for a moment).
+            let (stdout, stderr) = if done {
                 reader.join().unwrap_or_default()
             } else {
                 (
