@@ -53,6 +53,8 @@ struct Entry {
     streams: Mutex<Vec<(u32, usize, usize)>>,
     /// Queue-bound events, oldest first.
     events: Mutex<VecDeque<usize>>,
+    /// Completed queue-bound events, reused.
+    spare: Mutex<Vec<usize>>,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -62,6 +64,7 @@ const ENTRY: Entry = Entry {
     thread: AtomicBool::new(false),
     streams: Mutex::new(Vec::new()),
     events: Mutex::new(VecDeque::new()),
+    spare: Mutex::new(Vec::new()),
 };
 static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
@@ -249,6 +252,25 @@ extern "C" fn after_fork_child() {
         if let Ok(mut v) = ent.events.try_lock() {
             v.clear();
         }
+        if let Ok(mut v) = ent.spare.try_lock() {
+            v.clear();
+        }
+    }
+}
+
+/// At exit the process's work is over (the driver tears its contexts down): leave `pending`
+/// so the arbiter need not wait for a drain report that will never come.
+extern "C" fn at_exit() {
+    let Some(g) = gate() else { return };
+    for (e, ent) in ENTRIES.iter().enumerate() {
+        let grant = ent.registered.load(Acquire);
+        if grant == 0 || ent.drained.swap(grant, AcqRel) == grant {
+            continue;
+        }
+        if let Some(words) = g.slice.usage.gate_words(e) {
+            remove_pending(words.pending, grant);
+            futex_wake(words.pending.as_ptr().cast::<u32>());
+        }
     }
 }
 
@@ -259,8 +281,12 @@ fn ensure_thread(e: usize) {
         return;
     }
     if !FORK_HOOK.swap(true, AcqRel) {
-        // SAFETY: registers a plain extern "C" handler that only touches atomics and try-locks.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+        // SAFETY: registers plain extern "C" handlers that only touch atomics, try-locks and
+        // futex wake-ups.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+            libc::atexit(at_exit);
+        }
     }
     let r = std::thread::Builder::new()
         .name(format!("gpuslice-gate{e}"))
@@ -348,15 +374,12 @@ fn bound_queue(e: usize, max: usize) {
         _ => None,
     };
     if let Some(ev) = oldest {
-        if let (Some(sync), Some(destroy)) = (
-            crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R),
-            crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R),
-        ) {
-            // SAFETY: `ev` is a live event this process created and recorded, used once here.
-            unsafe {
-                sync(ev as CUevent);
-                destroy(ev as CUevent);
-            }
+        if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R) {
+            // SAFETY: `ev` is a live event this process created and recorded.
+            unsafe { sync(ev as CUevent) };
+        }
+        if let Ok(mut v) = ENTRIES[e].spare.lock() {
+            v.push(ev);
         }
     }
 }
@@ -369,9 +392,10 @@ fn record_bound_event(e: usize, stream: CUstream) {
     ) else {
         return;
     };
-    let mut ev: CUevent = std::ptr::null_mut();
+    let reuse = ENTRIES[e].spare.lock().ok().and_then(|mut v| v.pop());
+    let mut ev: CUevent = reuse.map_or(std::ptr::null_mut(), |p| p as CUevent);
     // SAFETY: valid out-pointer; documented flags.
-    if unsafe { create(&mut ev, CU_EVENT_DISABLE_TIMING) } != CUDA_SUCCESS {
+    if ev.is_null() && unsafe { create(&mut ev, CU_EVENT_DISABLE_TIMING) } != CUDA_SUCCESS {
         return;
     }
     // SAFETY: `ev` is live; `stream` is the stream the caller just launched on.

@@ -4,7 +4,7 @@
 //! simulator's ground truth, `Node::process_busy_ns`) / wall time. Prints one table per scenario
 //! and writes the SVG plots under `docs/`.
 
-use crate::dist;
+use crate::shell::{cargo, exec, target_dir};
 use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
 use gpuslice_sim_core::{Node, SimConfig};
@@ -24,14 +24,16 @@ struct Arbiter {
 }
 
 impl Arbiter {
-    fn start(dist: &Path, node: &SimNode) -> Result<Arbiter> {
-        let state = node.state_dir.join("arbiter");
+    fn start(dist: &Path, node: &SimNode, quantum: &str) -> Result<Arbiter> {
+        let state = node.state_dir.join(format!("arbiter-{quantum}"));
         std::fs::create_dir_all(&state)?;
         let config = node.state_dir.join("config.toml");
         std::fs::write(
             &config,
-            "[admission]\ncontext_reserve = \"16Mi\"\nprocesses_per_slice = 1\n\
-             [metrics]\nenabled = false\n[scheduler]\nquantum = \"5ms\"\n",
+            format!(
+                "[admission]\ncontext_reserve = \"16Mi\"\nprocesses_per_slice = 1\n\
+             [metrics]\nenabled = false\n[scheduler]\nquantum = \"{quantum}\"\n"
+            ),
         )?;
         let status_file = node.state_dir.join("sched-status.json");
         let child = Command::new(dist.join("usr/bin/gpuslice-arbiter"))
@@ -221,14 +223,49 @@ fn pct(x: f64) -> String {
     format!("{:5.1}", x * 100.0)
 }
 
+/// Builds (release) only what this benchmark runs and lays it out like the dist tree under
+/// `target/bench-share/` (so a half-edited unrelated crate cannot stop it).
+fn build_tree() -> Result<PathBuf> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--release"]);
+    for p in [
+        "gpuslice-arbiter",
+        "gpuslice-interposer",
+        "gpuslice-sim-cuda",
+        "gpuslice-sim-nvml",
+        "gpuslice-workloads",
+    ] {
+        cmd.args(["-p", p]);
+    }
+    exec(&mut cmd)?;
+    let rel = target_dir().join("release");
+    let tree = target_dir().join("bench-share");
+    for (from, to) in [
+        ("gpuslice-arbiter", "usr/bin/gpuslice-arbiter"),
+        ("libgpuslice.so", "usr/lib/gpuslice/libgpuslice.so"),
+        ("libcuda.so", "sim/libcuda.so.1"),
+        ("libnvidia_ml.so", "sim/libnvidia-ml.so.1"),
+        ("gpuslice-workload", "sim/bin/gpuslice-workload"),
+    ] {
+        let dst = tree.join(to);
+        if let Some(d) = dst.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        let _ = std::fs::remove_file(&dst);
+        std::fs::copy(rel.join(from), &dst)
+            .with_context(|| format!("copying {from} to {}", dst.display()))?;
+    }
+    Ok(tree)
+}
+
 pub fn run() -> Result<()> {
-    let dist = dist::run()?;
+    let dist = build_tree()?;
     let node = SimNode::new(&dist, DEVICES)?;
     let env: Vec<(String, String)> = node.env();
     let cfg = SimConfig::from_lookup(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let sim = Node::open(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let arb = Arbiter::start(&dist, &node)?;
+    let arb = Arbiter::start(&dist, &node, "5ms")?;
     let c = Ctx {
         dist: &dist,
         node: &node,
@@ -245,7 +282,7 @@ pub fn run() -> Result<()> {
         "kernel / queue depth", "A 10s", "A 1s", "B 10s", "B 1s", "verdict"
     );
     let mut plot_3070 = None;
-    for (us, depth_a) in [(50u64, 64usize), (1000, 64), (20_000, 2)] {
+    for (us, depth_a, depth_b) in [(50u64, 64usize, 8usize), (1000, 64, 2), (20_000, 2, 2)] {
         let (w1, w10, samples) = shares_run(
             &c,
             &[
@@ -273,7 +310,7 @@ pub fn run() -> Result<()> {
         let ok1 = a_lo >= 0.25 && a_hi <= 0.35 && b_lo >= 0.65 && b_hi <= 0.75;
         println!(
             "{:<26} {:>7} {:>7}..{:<7} {:>7} {:>7}..{:<7} {}",
-            format!("{us} µs, A depth {depth_a}"),
+            format!("{us} µs, depth A {depth_a} B {depth_b}"),
             pct(w10[0]),
             pct(a_lo),
             pct(a_hi),
@@ -379,6 +416,46 @@ pub fn run() -> Result<()> {
 
     // 6. many slices.
     scale(&c)?;
+    drop(arb);
+
+    // 7. the quantum: 30/70 with 1 ms kernels under 2, 5 and 10 ms.
+    println!("\n== quantum sweep: 30/70, 1 ms kernels, depth 2, 6 s (shares over the last 5 s)");
+    println!("{:>8} {:>7} {:>7} {:>9}", "quantum", "A", "B", "device");
+    for q in ["2ms", "5ms", "10ms"] {
+        let arb = Arbiter::start(&dist, &node, q)?;
+        let c = Ctx {
+            dist: &dist,
+            node: &node,
+            arb: &arb,
+            sim: &sim,
+        };
+        let da = arb.admit("a", "\"compute\":30,\"memory\":\"1Gi\"")?;
+        let db = arb.admit("b", "\"compute\":70,\"memory\":\"1Gi\"")?;
+        let kids = vec![
+            tenant(c.node, c.dist, &da, &saturate(1000, 6.2, 2))?,
+            tenant(c.node, c.dist, &db, &saturate(1000, 6.2, 2))?,
+        ];
+        let pids: Vec<u32> = kids.iter().map(|k| k.id()).collect();
+        let samples = sample(
+            &sim,
+            &pids,
+            Duration::from_millis(6000),
+            Duration::from_millis(10),
+        );
+        wait_all(kids);
+        let w = windows(&samples, 0.9, 5.0)
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        if w.len() == 2 {
+            println!(
+                "{q:>8} {:>7} {:>7} {:>9}",
+                pct(w[0]),
+                pct(w[1]),
+                pct(w[0] + w[1])
+            );
+        }
+    }
     Ok(())
 }
 
@@ -478,8 +555,8 @@ fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
         ms(t_flow)
     );
     println!(
-        "   B restarts at {t_new:.2} s: B within 10 points of 70 % after {}",
-        ms(conv(t_new, 1, 0.7))
+        "   B restarts at {t_new:.2} s: B within 10 points of 70 % after {} from its first kernel",
+        ms(first_kernel(&samples, 1, t_new).and_then(|t| conv(t, 1, 0.7)))
     );
     println!(
         "   update at {t_upd:.2} s (A 30→70, B 70→30): A within 10 points of 70 % after {}",
@@ -513,6 +590,14 @@ fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
     }
     println!("   plots: docs/share-30-70.svg, docs/share-idle-resize.svg");
     Ok(())
+}
+
+/// Time of the first sample after `from` where tenant `i`'s busy time grew.
+fn first_kernel(samples: &[(f64, Vec<u64>)], i: usize, from: f64) -> Option<f64> {
+    samples
+        .windows(2)
+        .find(|w| w[0].0 >= from && w[1].1[i] > w[0].1[i])
+        .map(|w| w[0].0)
 }
 
 fn p99_of(out: &str) -> f64 {

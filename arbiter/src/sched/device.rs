@@ -85,6 +85,9 @@ impl SliceRt {
 
 static ZERO: AtomicU32 = AtomicU32::new(0);
 
+/// Kernels each process may keep queued on a shared device (`LeaseSlot::max_queue`).
+pub const SHARED_QUEUE: u32 = 8;
+
 /// How long a revoked slice may take to report its queued work drained before it is charged the
 /// whole wait and the lease moves on anyway.
 pub fn drain_timeout(quantum: u64) -> u64 {
@@ -104,9 +107,30 @@ pub fn run(index: u32, quantum_ns: u64, ctl: Arc<Ctl>) {
         last_publish: 0,
         high_present: false,
         active_until: 0,
+        draining: None,
+        watchers: Vec::new(),
     };
     lp.main();
+    lp.stop_watchers();
 }
+
+/// A revoked slice whose queued work has not been reported complete yet.
+struct Drain {
+    id: String,
+    grant: u32,
+    start: u64,
+    deadline: u64,
+}
+
+/// A helper thread that waits on the demand words the loop's own `futex_waitv` cannot hold
+/// (beyond [`WAITV_MAX`] − 1) and bumps the loop's control word when one changes.
+struct Watcher {
+    stop: Arc<AtomicU32>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Demand words the loop waits on itself (the control word takes one slot).
+const OWN_WORDS: usize = WAITV_MAX - 1;
 
 struct Loop {
     index: u32,
@@ -120,6 +144,8 @@ struct Loop {
     high_present: bool,
     /// Keep republishing status until the 10 s window has forgotten the last lease.
     active_until: u64,
+    draining: Option<Drain>,
+    watchers: Vec<Watcher>,
 }
 
 impl Loop {
@@ -129,6 +155,7 @@ impl Loop {
                 self.revoke_holder();
                 return;
             }
+            self.check_drain(false);
             let now = futex::now_ns();
             self.observe(now);
             let decision = self.policy.decide(now);
@@ -141,6 +168,17 @@ impl Loop {
                     self.revoke_holder();
                     continue;
                 }
+                Decision::Preempt => {
+                    // Finish any earlier drain first (bounded), then let the high-priority
+                    // slice in at once; this holder's overrun is charged when it reports.
+                    self.check_drain(true);
+                    if let Some(d) = self.revoke_start() {
+                        self.policy.revoked(d.start, false);
+                        self.free_since = Some(d.start);
+                        self.draining = Some(d);
+                    }
+                    continue;
+                }
                 Decision::Keep { renew, wake_at } => {
                     if renew {
                         if let Some(h) = self.policy.holder() {
@@ -150,12 +188,23 @@ impl Loop {
                     }
                     Some(wake_at)
                 }
-                Decision::Idle { wake_at } => wake_at,
+                Decision::Idle { wake_at } => {
+                    // Hand-off time is measured only from a revoke straight to the next grant.
+                    self.free_since = None;
+                    wake_at
+                }
             };
             self.publish(now, false);
             if self.policy.holder().is_none() && self.last_publish < self.active_until {
                 self.publish(now, now.saturating_sub(self.last_publish) >= 400_000_000);
             }
+            let wake_at = match (&self.draining, wake_at) {
+                (Some(_), w) => {
+                    let p = futex::now_ns() + 500_000;
+                    Some(w.map_or(p, |w| w.min(p)))
+                }
+                (None, w) => w,
+            };
             self.sleep(wake_at);
         }
     }
@@ -220,6 +269,10 @@ impl Loop {
                         if self.policy.holder() == Some(i) {
                             self.revoke_holder();
                         }
+                        if self.draining.as_ref().is_some_and(|d| d.id == id) {
+                            self.check_drain(true);
+                        }
+                        self.stop_watchers();
                         self.policy.remove_slice(&id);
                         self.rt.remove(i);
                         changed = true;
@@ -230,22 +283,28 @@ impl Loop {
             }
         }
         if changed {
+            self.restart_watchers();
             self.set_queue_bounds();
             self.publish(futex::now_ns(), true);
         }
         true
     }
 
-    /// While a high-priority slice shares the device, every other slice keeps at most two
-    /// kernels per process queued, so a revoke drains quickly.
+    /// On a shared device every process keeps at most [`SHARED_QUEUE`] kernels queued, so a
+    /// revoke drains within a few kernels and lease lengths (hence 1 s shares) stay even; while
+    /// a high-priority slice shares the device the others keep one, so it waits for at most
+    /// the kernel running. A slice alone on its device is not bounded.
     fn set_queue_bounds(&mut self) {
         let slices = self.policy.slices();
         self.high_present = slices.iter().any(|s| s.params.high);
+        let shared = slices.len() > 1;
         for (s, rt) in slices.iter().zip(&self.rt) {
-            let bound = if self.high_present && !s.params.high {
-                2
-            } else {
+            let bound = if !shared {
                 0
+            } else if self.high_present && !s.params.high {
+                1
+            } else {
+                SHARED_QUEUE
             };
             if let Some(w) = rt.lease.max_queue(rt.entry) {
                 w.store(bound, Release);
@@ -297,12 +356,9 @@ impl Loop {
         self.active_until = now + 11_000_000_000;
     }
 
-    /// Clears `HELD`, wakes the slice's gate threads, waits (bounded) for its processes to
-    /// report their queued work complete, and charges the holder up to that moment.
-    fn revoke_holder(&mut self) {
-        let Some(h) = self.policy.holder() else {
-            return;
-        };
+    /// Clears the holder's `HELD`, wakes its gate threads; the drain to wait for.
+    fn revoke_start(&mut self) -> Option<Drain> {
+        let h = self.policy.holder()?;
         let rt = &self.rt[h];
         let w = rt.word();
         let v = w.load(Relaxed);
@@ -312,36 +368,122 @@ impl Loop {
         );
         // SAFETY: `w` is a word of the lease mapping `rt` keeps alive.
         unsafe { futex::wake_shared(w.as_ptr()) };
-        let grant = rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed));
         let start = futex::now_ns();
-        let deadline = start + drain_timeout(self.policy.quantum());
-        let pending_addr = rt.usage.sched_futexes(rt.entry).map(|(_, p)| p);
-        let mut timed_out = false;
+        Some(Drain {
+            id: self.policy.slices()[h].id.clone(),
+            grant: rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed)),
+            start,
+            deadline: start + drain_timeout(self.policy.quantum()),
+        })
+    }
+
+    /// Whether drain `d` is over: `Some(timed_out)`. Over when the slice's `pending` count
+    /// for that grant is 0 (or another grant began: processes deregister at exit), or at the
+    /// deadline (a process killed with work pending, or a hostile one).
+    fn drain_over(&self, d: &Drain, now: u64) -> Option<bool> {
+        let Some(i) = self.policy.index(&d.id) else {
+            return Some(false);
+        };
+        let rt = &self.rt[i];
+        let p = rt.usage.sched_sample(rt.entry).pending;
+        if (p >> 32) as u32 != d.grant || p as u32 == 0 {
+            return Some(false);
+        }
+        if now >= d.deadline {
+            return Some(true);
+        }
+        None
+    }
+
+    /// Charges a finished background drain; with `wait`, waits for it (bounded) first.
+    fn check_drain(&mut self, wait: bool) {
+        let Some(d) = self.draining.take() else {
+            return;
+        };
         loop {
-            let p = rt.usage.sched_sample(rt.entry).pending;
-            if (p >> 32) as u32 != grant || p as u32 == 0 {
-                break;
-            }
             let now = futex::now_ns();
-            if now >= deadline {
-                timed_out = true;
-                break;
-            }
-            match pending_addr {
-                // SAFETY: `a` points into the usage mapping `rt` keeps alive during the wait.
-                Some(a) => unsafe {
-                    futex::wait_shared(
-                        a,
-                        p as u32,
-                        Duration::from_nanos((deadline - now).min(2_000_000)),
-                    )
-                },
-                None => break,
+            match self.drain_over(&d, now) {
+                Some(timed_out) => {
+                    if let Some(i) = self.policy.index(&d.id) {
+                        self.policy.overrun(i, d.start, now, timed_out);
+                    }
+                    return;
+                }
+                None if !wait => {
+                    self.draining = Some(d);
+                    return;
+                }
+                None => self.wait_pending(&d, now),
             }
         }
-        let end = futex::now_ns();
+    }
+
+    fn wait_pending(&self, d: &Drain, now: u64) {
+        let Some(i) = self.policy.index(&d.id) else {
+            return;
+        };
+        let rt = &self.rt[i];
+        if let Some((_, a)) = rt.usage.sched_futexes(rt.entry) {
+            let cur = rt.usage.sched_sample(rt.entry).pending as u32;
+            // SAFETY: `a` points into the usage mapping `rt` keeps alive during the wait.
+            unsafe {
+                futex::wait_shared(
+                    a,
+                    cur,
+                    Duration::from_nanos(d.deadline.saturating_sub(now).min(2_000_000)),
+                )
+            };
+        }
+    }
+
+    /// Revokes the holder and waits (bounded) until its queued work is reported complete,
+    /// charging it up to that moment.
+    fn revoke_holder(&mut self) {
+        self.check_drain(true);
+        let Some(d) = self.revoke_start() else {
+            return;
+        };
+        let (end, timed_out) = loop {
+            let now = futex::now_ns();
+            if let Some(t) = self.drain_over(&d, now) {
+                break (now, t);
+            }
+            self.wait_pending(&d, now);
+        };
         self.policy.revoked(end, timed_out);
         self.free_since = Some(end);
+    }
+
+    fn stop_watchers(&mut self) {
+        for w in self.watchers.drain(..) {
+            w.stop.store(1, Release);
+            futex::wake_private(&w.stop);
+            if let Some(t) = w.thread {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// Restarts the helper threads for the demand words beyond the loop's own.
+    fn restart_watchers(&mut self) {
+        self.stop_watchers();
+        let addrs: Vec<usize> = self
+            .rt
+            .iter()
+            .skip(OWN_WORDS)
+            .filter_map(|rt| rt.usage.sched_futexes(rt.entry).map(|(d, _)| d as usize))
+            .collect();
+        for chunk in addrs.chunks(OWN_WORDS) {
+            let chunk = chunk.to_vec();
+            let stop = Arc::new(AtomicU32::new(0));
+            let ctl = Arc::clone(&self.ctl);
+            let st = Arc::clone(&stop);
+            let thread = std::thread::Builder::new()
+                .name(format!("sched-gpu{}-watch", self.index))
+                .spawn(move || watch(chunk, st, ctl))
+                .ok();
+            self.watchers.push(Watcher { stop, thread });
+        }
     }
 
     fn sleep(&self, deadline: Option<u64>) {
@@ -366,13 +508,8 @@ impl Loop {
                 });
             }
         }
-        // Past futex_waitv's limit the remaining slices are polled.
-        let deadline = if words.len() > WAITV_MAX {
-            let poll = futex::now_ns() + 2_000_000;
-            Some(deadline.map_or(poll, |d| d.min(poll)))
-        } else {
-            deadline
-        };
+        // Slices beyond the first OWN_WORDS are watched by helper threads.
+        words.truncate(WAITV_MAX);
         // Publish status every 100 ms while leases move, every 500 ms until the windows are
         // empty, then sleep without a deadline.
         let deadline = if self.policy.holder().is_some() {
@@ -432,5 +569,31 @@ impl Loop {
             .status
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = st;
+    }
+}
+
+/// Body of a [`Watcher`]: the words stay mapped while it runs (the loop stops and joins it
+/// before dropping any slice).
+fn watch(addrs: Vec<usize>, stop: Arc<AtomicU32>, ctl: Arc<Ctl>) {
+    while stop.load(Acquire) == 0 {
+        let mut words = vec![WaitWord {
+            addr: stop.as_ptr(),
+            val: 0,
+            private: true,
+        }];
+        for &a in &addrs {
+            // SAFETY: `a` is a demand word of a mapping the loop keeps alive while this runs.
+            let val = unsafe { (*(a as *const AtomicU32)).load(Acquire) };
+            words.push(WaitWord {
+                addr: a as *const u32,
+                val,
+                private: false,
+            });
+        }
+        futex::wait_any(&words, None);
+        ctl.word.fetch_add(1, Release);
+        futex::wake_private(&ctl.word);
+        // Let the loop act before watching again (a changing word would otherwise spin).
+        std::thread::sleep(Duration::from_micros(200));
     }
 }

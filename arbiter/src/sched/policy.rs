@@ -10,10 +10,13 @@
 //!   virtual time of the slice last served, so idle time is not banked: busy slices get the idle
 //!   slices' time in proportion to their weights (work-conserving).
 //! * Ceilings: a token bucket per slice refilled at `limit × wall time`, capped at two quanta;
-//!   a slice with no tokens is not eligible (even on an otherwise idle device) and a holder
-//!   running out is revoked. Overruns drive the bucket negative and are paid back.
+//!   a capped slice becomes eligible with a full bucket (even on an otherwise idle device it
+//!   waits for it) and a holder running out is revoked. Overruns drive the bucket negative and
+//!   are paid back.
 //! * `priority: high`: an eligible waiting high-priority slice revokes a normal holder at once and
 //!   is picked before any other (bounded by its own ceiling).
+//! * Lease length: a quantum, scaled by the holder's weight over the lightest waiting
+//!   contender's (1–4×), so each contender gets about one lease per round.
 //! * Charging: the loop charges the holder the wall time from grant to the moment its queued work
 //!   has drained after the revoke (lease time plus overrun), so deep queues pay for themselves.
 
@@ -65,6 +68,10 @@ pub enum Decision {
     },
     /// Revoke the holder's lease, wait for its queued work, then call [`Policy::revoked`].
     Revoke,
+    /// A high-priority slice waits: revoke the holder and call [`Policy::revoked`] at once
+    /// (the next grant follows without waiting for the drain, whose overrun is charged later
+    /// with [`Policy::overrun`]; the queue bound keeps it to a kernel or so).
+    Preempt,
     /// Grant the lease to slice `idx` and call [`Policy::granted`].
     Grant(usize),
     /// Nobody gets the lease; decide again on demand or at `wake_at`.
@@ -154,8 +161,11 @@ impl Policy {
         self.holder.map(|h| h.idx)
     }
 
-    fn burst(&self, p: &Params) -> f64 {
-        2.0 * self.quantum as f64 * f64::from(p.limit) / f64::from(FULL)
+    /// Bucket size: two quanta of device time. A capped slice that lost the lease becomes
+    /// eligible again only with a full bucket, so its leases are long enough (≥ 2 quanta /
+    /// (1 − limit)) for hand-off costs not to eat its ceiling.
+    fn burst(&self, _p: &Params) -> f64 {
+        2.0 * self.quantum as f64
     }
 
     /// Adds slice `id` or changes its parameters (live resize: takes effect at this call; a
@@ -243,7 +253,12 @@ impl Policy {
             return true;
         }
         self.refill(i, now);
-        self.slices[i].tokens > 0.0
+        let s = &self.slices[i];
+        if self.holder.is_some_and(|h| h.idx == i) {
+            s.tokens > 0.0
+        } else {
+            s.tokens >= self.burst(&s.params) - 1.0
+        }
     }
 
     /// Charges slice `i` for `[from, to)` of device time.
@@ -335,14 +350,15 @@ impl Policy {
         let others = self.waiting_eligible(now, Some(me));
         let my = self.slices[me].params;
         if !my.high && others.iter().any(|&i| self.slices[i].params.high) {
-            return Decision::Revoke;
+            return Decision::Preempt;
         }
         let limited = self.limited(me);
         if limited && !self.eligible(me, now) {
             return Decision::Revoke;
         }
         let mut renew = false;
-        if now.saturating_sub(h.lease_start) >= self.quantum {
+        let lease = self.lease_len(me, &others);
+        if now.saturating_sub(h.lease_start) >= lease {
             let obs = self.slices[me].obs;
             if !others.is_empty() || !(obs.active || obs.waiting) {
                 return Decision::Revoke;
@@ -351,7 +367,13 @@ impl Policy {
             h.lease_start = now;
             self.holder = Some(h);
         }
-        let mut wake_at = h.lease_start + self.quantum;
+        // A lone unlimited holder is only checked for idleness every 100 ms (a waiting slice
+        // wakes the loop through its demand word anyway).
+        let mut wake_at = if others.is_empty() && !limited {
+            h.lease_start + lease.max(100_000_000)
+        } else {
+            h.lease_start + lease
+        };
         if limited {
             let s = &self.slices[me];
             let r = f64::from(s.params.limit) / f64::from(FULL);
@@ -360,6 +382,20 @@ impl Policy {
             wake_at = wake_at.min(now + left as u64);
         }
         Decision::Keep { renew, wake_at }
+    }
+
+    /// Lease length of holder `me` against the waiting slices `others`: the quantum scaled by
+    /// its weight relative to the lightest contender (at most 4 quanta), so every contender
+    /// gets about one lease per round and hand-off costs fall on all of them alike instead of
+    /// on the heavier ones, which would otherwise need more (equal) leases.
+    fn lease_len(&self, me: usize, others: &[usize]) -> u64 {
+        let w = self.weight(me);
+        let lightest = others
+            .iter()
+            .map(|&i| self.weight(i))
+            .fold(w, f64::min)
+            .max(1.0);
+        (self.quantum as f64 * (w / lightest).clamp(1.0, 4.0)) as u64
     }
 
     /// Earliest moment a waiting but capped slice has tokens again.
@@ -372,8 +408,8 @@ impl Policy {
             self.refill(i, now);
             let s = &self.slices[i];
             let r = f64::from(s.params.limit) / f64::from(FULL);
-            // Wait until a quarter quantum's worth is back, so leases are not tiny.
-            let need = (self.quantum as f64 / 4.0 * r) - s.tokens;
+            // Eligible again with a full bucket.
+            let need = self.burst(&s.params) - s.tokens;
             let t = now + (need.max(0.0) / r) as u64 + 1;
             best = Some(best.map_or(t, |b| b.min(t)));
         }
@@ -407,6 +443,16 @@ impl Policy {
         self.charge(h.idx, h.charged_to, drained_at);
         if timed_out {
             self.slices[h.idx].drain_timeouts += 1;
+        }
+    }
+
+    /// Charges slice `i` the overrun `[from, to)` of a drain that completed after the next grant.
+    pub fn overrun(&mut self, i: usize, from: u64, to: u64, timed_out: bool) {
+        if i < self.slices.len() {
+            self.charge(i, from, to);
+            if timed_out {
+                self.slices[i].drain_timeouts += 1;
+            }
         }
     }
 }
@@ -462,7 +508,7 @@ mod tests {
                 self.observe();
                 match self.p.decide(self.now) {
                     Decision::Grant(i) => self.p.granted(i, self.now),
-                    Decision::Revoke => {
+                    Decision::Revoke | Decision::Preempt => {
                         // The current kernel finishes (non-preemptive): round up.
                         let k = self.kernel;
                         let t = self.now.div_ceil(k) * k;
@@ -630,7 +676,7 @@ mod tests {
         p.observed(MS);
         assert_eq!(
             p.decide(MS),
-            Decision::Revoke,
+            Decision::Preempt,
             "revoked well before the quantum"
         );
         p.revoked(2 * MS, false);
@@ -694,7 +740,7 @@ mod tests {
                     got[p.holder().unwrap_or(0)] += wake_at - now;
                     now = wake_at;
                 }
-                Decision::Revoke => {
+                Decision::Revoke | Decision::Preempt => {
                     let h = p.holder().unwrap_or(0);
                     let over = if h == a { 60 * MS } else { 0 };
                     got[h] += over;
