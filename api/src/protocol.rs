@@ -73,6 +73,19 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         priority: Option<Priority>,
     },
+    /// Bind a slice to the processes that now run it: the container's init (host pid) and its
+    /// cgroup, known only once the container exists (sent by `gpuslice-hook create-runtime`).
+    /// Omitted fields are unchanged. Binding again replaces the previous binding.
+    Bind {
+        /// The slice.
+        slice_id: String,
+        /// Host pid of the container's init process.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        /// The container's cgroup path (relative to the cgroup root).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cgroup: Option<String>,
+    },
     /// The node's devices and slices.
     Status,
 }
@@ -192,6 +205,11 @@ pub enum Response {
     },
     /// The slice is gone.
     Released {
+        /// The slice id.
+        slice_id: String,
+    },
+    /// The slice is bound to its processes.
+    Bound {
         /// The slice id.
         slice_id: String,
     },

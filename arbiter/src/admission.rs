@@ -348,6 +348,27 @@ impl Admission {
     }
 
     /// Releases a slice, returning its record.
+    /// Records the processes that run slice `id` (the container's init pid and cgroup). Fields
+    /// left `None` keep their current value.
+    pub fn bind(
+        &mut self,
+        id: &str,
+        pid: Option<u32>,
+        cgroup: Option<String>,
+    ) -> Result<&SliceStatus, AdmitError> {
+        let slice = self
+            .slices
+            .get_mut(id)
+            .ok_or_else(|| AdmitError::NotFound(id.to_string()))?;
+        if pid.is_some() {
+            slice.owner.pid = pid;
+        }
+        if cgroup.is_some() {
+            slice.owner.cgroup = cgroup;
+        }
+        Ok(slice)
+    }
+
     pub fn release(&mut self, id: &str) -> Result<SliceStatus, AdmitError> {
         self.slices
             .remove(id)

@@ -114,9 +114,7 @@ fn run(cli: Cli) -> Result<()> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .scheduler()
                 .cloned()
-                .map(|s| {
-                    Arc::new(move || s.status()) as gpuslice_arbiter::metrics::SchedSource
-                }),
+                .map(|s| Arc::new(move || s.status()) as gpuslice_arbiter::metrics::SchedSource),
         };
         // Metrics are not worth refusing admission for: a taken port is logged, not fatal.
         match gpuslice_arbiter::metrics::spawn(config.metrics.listen, src) {

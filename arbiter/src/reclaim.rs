@@ -372,17 +372,26 @@ impl Reclaimer {
     }
 
     fn owner_gone(&mut self, dir: &Path, slice: &SliceStatus) -> bool {
-        let id = self
+        // The cached identity is stale once the owner changed (a `bind` after admit): re-read it.
+        let cached = self
             .owners
-            .entry(slice.slice_id.clone())
-            .or_insert_with(|| read_owner(dir))
-            .clone()
-            .filter(|id| id.matches(&slice.owner))
-            .unwrap_or_else(|| OwnerIdentity {
-                pid: slice.owner.pid,
-                start_time: None,
-                cgroup: slice.owner.cgroup.clone(),
-            });
+            .get(&slice.slice_id)
+            .cloned()
+            .flatten()
+            .filter(|id| id.matches(&slice.owner));
+        let id = match cached {
+            Some(id) => Some(id),
+            None => {
+                let fresh = read_owner(dir).filter(|id| id.matches(&slice.owner));
+                self.owners.insert(slice.slice_id.clone(), fresh.clone());
+                fresh
+            }
+        };
+        let id = id.unwrap_or_else(|| OwnerIdentity {
+            pid: slice.owner.pid,
+            start_time: None,
+            cgroup: slice.owner.cgroup.clone(),
+        });
         // A cgroup, when given, bounds the slice's life; otherwise the pid (with start time).
         if let Some(cg) = &id.cgroup {
             return self.cgroup_gone(cg);

@@ -218,6 +218,26 @@ impl State {
                     }
                 }
             }
+            Request::Bind {
+                slice_id,
+                pid,
+                cgroup,
+            } => {
+                let mut next = self.admission.clone();
+                let rec = match next.bind(&slice_id, pid, cgroup) {
+                    Ok(rec) => rec,
+                    Err(e) => return error(e.code(), e.to_string()),
+                };
+                if let Err(e) = self.store.save(rec) {
+                    return error(
+                        ErrorCode::Internal,
+                        format!("cannot write the slice record: {e}"),
+                    );
+                }
+                crate::reclaim::record_owner_at_admit(&self.store.slice_dir(&slice_id), &rec.owner);
+                self.admission = next;
+                Response::Bound { slice_id }
+            }
             Request::Status => Response::Status(self.admission.status()),
         }
     }

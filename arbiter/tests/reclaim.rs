@@ -318,3 +318,48 @@ fn truncated_usage_file_is_left_alone() {
     assert!(rep.reclaimed.is_empty(), "{rep:?}");
     assert!(exists(&st, "t"), "the slice itself stays (its owner lives)");
 }
+
+#[test]
+fn bind_after_admit_makes_the_bound_process_the_owner() {
+    // A container is admitted before it has processes (owner: none), then bound to its init at
+    // createRuntime; reclaim must then follow the bound pid, even after it looked at the slice
+    // while it was still unbound.
+    let tmp = TempDir::new("bind");
+    let st = state(&tmp.0);
+    let dir = admit(&st, "ctr", Owner::default());
+    let mut r = Reclaimer::new(Arc::clone(&st), cfg(&tmp.0));
+    assert!(r.tick().released.is_empty(), "an unbound slice is kept");
+    let mut init = sleeper();
+    let bound = st.lock().unwrap().handle(Request::Bind {
+        slice_id: "ctr".into(),
+        pid: Some(init.id()),
+        cgroup: None,
+    });
+    assert!(matches!(bound, Response::Bound { .. }), "{bound:?}");
+    let id = read_owner(&dir).expect("owner.json written at bind");
+    assert_eq!(id.pid, Some(init.id()));
+    assert!(id.start_time.is_some(), "start time captured at bind");
+    assert!(
+        r.tick().released.is_empty(),
+        "a live bound owner keeps the slice"
+    );
+    init.kill().unwrap();
+    init.wait().unwrap();
+    assert_eq!(r.tick().released, vec!["ctr".to_string()]);
+}
+
+#[test]
+fn bind_of_an_unknown_slice_is_not_found_and_changes_nothing() {
+    let tmp = TempDir::new("bind-unknown");
+    let st = state(&tmp.0);
+    let r = st.lock().unwrap().handle(Request::Bind {
+        slice_id: "nope".into(),
+        pid: Some(1),
+        cgroup: None,
+    });
+    match r {
+        Response::Error { message, .. } => assert!(message.contains("nope"), "{message}"),
+        other => panic!("expected not_found, got {other:?}"),
+    }
+    assert!(st.lock().unwrap().admission().status().slices.is_empty());
+}
