@@ -303,23 +303,9 @@ impl SliceRequest {
                 ));
             }
         }
-        let env_get = |name: &str| -> Option<&str> {
-            env.iter()
-                .rev()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.as_str())
-        };
-        // (source key, value) per field, annotation first.
-        let mut picked: [Option<(&str, &str)>; 6] = [None; 6];
-        for (i, slot) in picked.iter_mut().enumerate() {
-            if let Some(v) = annotations.get(keys::ALL[i]) {
-                *slot = Some((keys::ALL[i], v.as_str()));
-            } else if let Some(v) = env_get(env::ALL[i]) {
-                *slot = Some((env::ALL[i], v));
-            }
-        }
+        let picked = pick(annotations, env);
         if picked.iter().all(Option::is_none) {
-            return Self::from_hami(env_get(env::HAMI_MEMORY), env_get(env::HAMI_SM));
+            return Self::from_hami(env_get(env, env::HAMI_MEMORY), env_get(env, env::HAMI_SM));
         }
         let [memory, compute, limit, priority, devices, model] = picked;
         let mut req = SliceRequest::default();
@@ -482,4 +468,49 @@ impl SliceRequest {
         }
         Ok(())
     }
+}
+
+/// The last value of variable `name` in `env` (later entries win, as in a process environment).
+fn env_get<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The (source key, value) each request field is read from: the annotation when present, else
+/// the environment variable. Order: memory, compute, compute-limit, priority, devices, model.
+fn pick<'a>(
+    annotations: &'a BTreeMap<String, String>,
+    env: &'a [(String, String)],
+) -> [Option<(&'static str, &'a str)>; 6] {
+    let mut picked: [Option<(&'static str, &'a str)>; 6] = [None; 6];
+    for (i, slot) in picked.iter_mut().enumerate() {
+        if let Some(v) = annotations.get(keys::ALL[i]) {
+            *slot = Some((keys::ALL[i], v.as_str()));
+        } else if let Some(v) = env_get(env, env::ALL[i]) {
+            *slot = Some((env::ALL[i], v));
+        }
+    }
+    picked
+}
+
+/// The `key="value"` pairs a request is read from, in the words the user wrote them (annotation
+/// or environment variable; the HAMi variables when no gpuslice key is given). Callers put them
+/// in front of a refusal so that the message names the key and the value, not only the reason.
+pub fn provenance(annotations: &BTreeMap<String, String>, env: &[(String, String)]) -> String {
+    let picked = pick(annotations, env);
+    let mut pairs: Vec<(&str, &str)> = picked.iter().flatten().copied().collect();
+    if pairs.is_empty() {
+        for k in [env::HAMI_MEMORY, env::HAMI_SM] {
+            if let Some(v) = env_get(env, k) {
+                pairs.push((k, v));
+            }
+        }
+    }
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{v}\""))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

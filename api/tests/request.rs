@@ -250,3 +250,21 @@ fn validate_structured_requests() {
     r.memory = Some(MemoryRequest::Percent(0));
     assert!(r.validate().is_err());
 }
+
+#[test]
+fn provenance_names_the_keys_and_values_the_request_came_from() {
+    use gpuslice_api::request::provenance;
+    let a = ann(&[("gpuslice.io/memory", "100Gi")]);
+    let e = env(&[("GPUSLICE_MEMORY", "1Gi"), ("GPUSLICE_DEVICES", "GPU-x")]);
+    // The annotation wins for memory; the environment supplies devices.
+    assert_eq!(
+        provenance(&a, &e),
+        "gpuslice.io/memory=\"100Gi\" GPUSLICE_DEVICES=\"GPU-x\""
+    );
+    let hami = env(&[("CUDA_DEVICE_MEMORY_LIMIT", "4g")]);
+    assert_eq!(
+        provenance(&BTreeMap::new(), &hami),
+        "CUDA_DEVICE_MEMORY_LIMIT=\"4g\""
+    );
+    assert_eq!(provenance(&BTreeMap::new(), &[]), "");
+}

@@ -56,9 +56,18 @@ pub enum PrepareError {
     /// The request is malformed.
     #[error(transparent)]
     Select(#[from] SelectError),
-    /// The arbiter refused or could not be reached.
+    /// The arbiter could not be reached.
     #[error(transparent)]
     Arbiter(#[from] ClientError),
+    /// The arbiter refused the request; `asked` names the keys and values it came from.
+    #[error("{asked}: {source}")]
+    Refused {
+        /// `key="value"` pairs of the request.
+        asked: String,
+        /// The arbiter's answer.
+        #[source]
+        source: ClientError,
+    },
     /// A file gpuslice needs on the host is missing.
     #[error("{what} {path} not found ({hint})")]
     Missing {
@@ -102,10 +111,10 @@ pub fn prepare_bundle(
     let path = config_path(bundle);
     let bytes = std::fs::read(&path).map_err(io_err(&path))?;
     let mut doc = SpecDoc::parse(&bytes)?;
-    let request = match select(&doc.annotations(), &doc.env())? {
+    let (request, asked) = match select(&doc.annotations(), &doc.env())? {
         Selection::Nothing => return Ok(Outcome::Unchanged("nothing asked")),
         Selection::Sandbox => return Ok(Outcome::Unchanged("Kubernetes sandbox")),
-        Selection::Slice(r) => r,
+        Selection::Slice(r, asked) => (r, asked),
     };
     let interposer = std::fs::canonicalize(&settings.interposer).map_err(|_| {
         PrepareError::Missing {
@@ -139,6 +148,9 @@ pub fn prepare_bundle(
             let out = doc.to_bytes()?;
             write_atomic(&path, &out).map_err(io_err(&path))?;
             return Ok(Outcome::Open);
+        }
+        Err(e @ ClientError::Arbiter { .. }) => {
+            return Err(PrepareError::Refused { asked, source: e })
         }
         Err(e) => return Err(e.into()),
     };

@@ -8,6 +8,7 @@
 //!   take the annotations. A container's own environment (`GPUSLICE_*`) always applies to it.
 //! * The request itself is read by `SliceRequest::from_sources` (annotations win over env).
 
+use gpuslice_api::request::provenance;
 use std::collections::BTreeMap;
 
 use gpuslice_api::{RequestError, SliceRequest};
@@ -36,8 +37,9 @@ pub enum Selection {
     Nothing,
     /// A Kubernetes sandbox: never edited.
     Sandbox,
-    /// Give it a slice.
-    Slice(SliceRequest),
+    /// Give it a slice. The string is where the request came from (`key="value"` pairs, see
+    /// `gpuslice_api::request::provenance`), for messages that must name the key and value.
+    Slice(SliceRequest, String),
 }
 
 /// Why the request cannot be honoured.
@@ -106,7 +108,7 @@ pub fn select(
         ann.retain(|k, _| !k.starts_with(gpuslice_api::request::keys::PREFIX));
     }
     match SliceRequest::from_sources(&ann, env)? {
-        Some(r) => Ok(Selection::Slice(r)),
+        Some(r) => Ok(Selection::Slice(r, provenance(&ann, env))),
         None => Ok(Selection::Nothing),
     }
 }
@@ -133,7 +135,7 @@ mod tests {
             ("io.kubernetes.cri.container-type", "container"),
             ("gpuslice.io/memory", "1Gi"),
         ]);
-        assert!(matches!(select(&a, &[]).unwrap(), Selection::Slice(_)));
+        assert!(matches!(select(&a, &[]).unwrap(), Selection::Slice(..)));
     }
 
     #[test]
@@ -151,12 +153,12 @@ mod tests {
         ];
         let mut a = ann(&base);
         a.insert(NAME_KEYS[0].into(), "train".into());
-        assert!(matches!(select(&a, &[]).unwrap(), Selection::Slice(_)));
+        assert!(matches!(select(&a, &[]).unwrap(), Selection::Slice(..)));
         a.insert(NAME_KEYS[0].into(), "sidecar".into());
         assert_eq!(select(&a, &[]).unwrap(), Selection::Nothing);
         let env = vec![("GPUSLICE_MEMORY".to_string(), "2Gi".to_string())];
         match select(&a, &env).unwrap() {
-            Selection::Slice(r) => assert_eq!(r.memory.unwrap().to_string(), "2Gi"),
+            Selection::Slice(r, _) => assert_eq!(r.memory.unwrap().to_string(), "2Gi"),
             other => panic!("{other:?}"),
         }
     }

@@ -352,7 +352,13 @@ fn refused_admission_names_the_cause() {
         let b = n.bundle("b", json!({k: v}), &[]);
         let o = n.run(&b, &["create", "c-ref"]);
         assert_eq!(o.status.code(), Some(1));
-        assert!(stderr(&o).contains("refused"), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("refused"), "{err}");
+        // The brief: a bad request's message names the key, the value and the reason.
+        assert!(
+            err.contains(&format!("{k}=\"{v}\"")),
+            "key and value named: {err}"
+        );
         assert!(n.argv().is_none());
         assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
     }
