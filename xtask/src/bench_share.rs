@@ -282,7 +282,7 @@ pub fn run() -> Result<()> {
         "kernel / queue depth", "A 10s", "A 1s", "B 10s", "B 1s", "verdict"
     );
     let mut plot_3070 = None;
-    for (us, depth_a, depth_b) in [(50u64, 64usize, 8usize), (1000, 64, 2), (20_000, 2, 2)] {
+    for (us, depth_a, depth_b) in [(50u64, 64usize, 8usize), (1000, 64, 4), (20_000, 2, 2)] {
         let (w1, w10, samples) = shares_run(
             &c,
             &[
@@ -539,12 +539,19 @@ fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
         .skip(idx_b_stop)
         .find(|(k, _)| rolling(&samples, 0, *k, 0.02) > 0.9)
         .map(|(_, (t, _))| t - t_stop);
+    // Converged at t when the share over the next 50 ms is within 10 points of the target.
     let conv = |from: f64, i: usize, target: f64| {
         samples
             .iter()
             .enumerate()
-            .filter(|(_, (t, _))| *t >= from + 0.02)
-            .find(|(k, _)| (rolling(&samples, i, *k, 0.02) - target).abs() < 0.1)
+            .filter(|(_, (t, _))| *t >= from)
+            .find(|(k, (t, _))| {
+                let ahead = samples[*k..]
+                    .iter()
+                    .position(|(u, _)| *u >= t + 0.05)
+                    .map(|j| k + j);
+                ahead.is_some_and(|a| (rolling(&samples, i, a, 0.05) - target).abs() < 0.1)
+            })
             .map(|(_, (t, _))| t - from)
     };
     let ms = |x: Option<f64>| x.map_or("never".into(), |v| format!("{:.0} ms", v * 1e3));

@@ -67,6 +67,15 @@ const SUITES: &[Suite] = &[
         run: dist_suite,
     },
     Suite {
+        name: "e2e",
+        about:
+            "real engines (runc; containerd 1.6, 1.7, 2.1; Docker 20.10, 26) running containers \
+                through gpuslice-runtime on the simulated GPU; error paths leave nothing behind. \
+                Installs the engines first (scripts/install-engines.sh)",
+        needs_root: true,
+        run: e2e,
+    },
+    Suite {
         name: "xtask",
         about: "xtask's own unit tests",
         needs_root: false,
@@ -199,15 +208,17 @@ fn build_processes() -> Result<()> {
 }
 
 fn lint() -> Result<()> {
-    exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    exec(cargo().args([
+    // Run both checks so one run reports every problem.
+    let fmt = exec(cargo().args(["fmt", "--all", "--", "--check"]));
+    let clippy = exec(cargo().args([
         "clippy",
         "--workspace",
         "--all-targets",
         "--",
         "-D",
         "warnings",
-    ]))
+    ]));
+    fmt.and(clippy)
 }
 
 fn sim() -> Result<()> {
@@ -241,6 +252,22 @@ fn arbiter() -> Result<()> {
 fn workloads() -> Result<()> {
     build_sim()?;
     cargo_test(&["gpuslice-workloads"], &[])
+}
+
+fn e2e() -> Result<()> {
+    exec(Command::new("bash").arg(crate::shell::root().join("scripts/install-engines.sh")))?;
+    let dist = dist::run()?;
+    let mut c = cargo();
+    c.env("GPUSLICE_DIST", &dist);
+    c.args([
+        "test",
+        "-p",
+        "gpuslice-e2e",
+        "--no-fail-fast",
+        "--",
+        "--test-threads=1",
+    ]);
+    exec(&mut c)
 }
 
 fn xtask_self() -> Result<()> {
