@@ -555,7 +555,10 @@ fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
             .map(|(_, (t, _))| t - from)
     };
     let ms = |x: Option<f64>| x.map_or("never".into(), |v| format!("{:.0} ms", v * 1e3));
-    println!("\n== idle / new tenant / update (1 ms kernels, 2 ms samples, 20 ms rolling share)");
+    println!(
+        "\n== idle / new tenant / update (1 ms kernels, 2 ms samples; converged = share over the \
+         next 50 ms within 10 points of the target)"
+    );
     println!(
         "   B (70) goes idle at {t_stop:.2} s: A (30) above 90 % after {} (quantum 5 ms; \
          includes the 20 ms rolling window)",
