@@ -101,7 +101,9 @@ pub fn run(index: u32, quantum_ns: u64, ctl: Arc<Ctl>) {
         policy: Policy::new(quantum_ns),
         rt: Vec::new(),
         ctl,
-        grant_seq: 1,
+        // Grant ids start somewhere new after a restart, so stale `pending` tags left by the
+        // previous arbiter never match a fresh grant.
+        grant_seq: (futex::now_ns() >> 10) as u32 | 1,
         handoff_ns: Vec::new(),
         free_since: None,
         last_publish: 0,
@@ -560,7 +562,7 @@ impl Loop {
                     charged_ns: s.charged_ns,
                     drain_timeouts: s.drain_timeouts,
                     holding: holder == Some(i),
-                    busy: false,
+                    busy: s.busy(),
                 })
                 .collect(),
         };

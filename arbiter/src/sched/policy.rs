@@ -105,6 +105,13 @@ pub struct Acct {
     pub drain_timeouts: u64,
 }
 
+impl Acct {
+    /// The slice had work (waiting, or launching while holding) at the last observation.
+    pub fn busy(&self) -> bool {
+        self.obs.waiting || self.obs.active
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Holder {
     idx: usize,

@@ -1,0 +1,173 @@
+//! The real scheduler loop (`Scheduler` with its device thread, futexes and slice files) driven
+//! by fake tenants: threads that follow the launch gate's protocol on the region files without
+//! any CUDA — wait at the gate (`demand` + futex on the lease word), "run kernels" (1 ms sleeps)
+//! while `HELD`, register in `pending` and report the drain after a revoke.
+
+use gpuslice_arbiter::sched::{Params, Scheduler};
+use gpuslice_region::layout::{LEASE_HELD, LIMITS_FLAG_LEASED};
+use gpuslice_region::{create_slice, DeviceSpec, Lease, SliceSpec, Usage};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn slice_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gpuslice-h7-loop-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let spec = SliceSpec {
+        devices: vec![DeviceSpec::default()],
+        flags: LIMITS_FLAG_LEASED,
+    };
+    assert!(create_slice(&d, &spec, false).unwrap());
+    d
+}
+
+fn futex(addr: *const u32, op: i32, val: u32, timeout_ms: u64) {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: (timeout_ms * 1_000_000) as libc::c_long,
+    };
+    // SAFETY: `addr` is a word of a live mapping held by the caller; `ts` outlives the call.
+    unsafe { libc::syscall(libc::SYS_futex, addr, op, val, &ts as *const libc::timespec) };
+}
+
+/// A fake tenant: returns the ns it "ran kernels" while holding the lease.
+fn tenant(dir: &Path, stop: Arc<AtomicBool>, busy: Arc<AtomicU64>) {
+    let lease = Lease::open(dir).unwrap();
+    let usage = Usage::open(dir, 1).unwrap();
+    let w = lease.word(0).unwrap();
+    let g = usage.gate_words(0).unwrap();
+    let (mut registered, mut drained) = (0u32, 0u32);
+    while !stop.load(Relaxed) {
+        let word = w.load();
+        if word & LEASE_HELD != 0 {
+            let grant = lease.grant(0);
+            if grant != registered {
+                registered = grant;
+                let mut p = g.pending.load(Acquire);
+                loop {
+                    let n = if (p >> 32) as u32 == grant {
+                        p + 1
+                    } else {
+                        (u64::from(grant) << 32) | 1
+                    };
+                    match g.pending.compare_exchange(p, n, AcqRel, Acquire) {
+                        Ok(_) => break,
+                        Err(x) => p = x,
+                    }
+                }
+            }
+            g.seen.store(word, Relaxed);
+            let t = Instant::now();
+            std::thread::sleep(Duration::from_millis(1));
+            busy.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+        } else {
+            if registered != drained {
+                drained = registered;
+                let p = g.pending.load(Acquire);
+                if (p >> 32) as u32 == registered && p as u32 > 0 {
+                    let _ = g.pending.compare_exchange(p, p - 1, AcqRel, Acquire);
+                }
+                futex(
+                    g.pending.as_ptr().cast(),
+                    libc::FUTEX_WAKE,
+                    i32::MAX as u32,
+                    0,
+                );
+            }
+            if g.demand.fetch_add(1, AcqRel) == 0 {
+                futex(g.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
+            }
+            futex(w.as_ptr(), libc::FUTEX_WAIT, word, 50);
+            g.demand.fetch_sub(1, AcqRel);
+        }
+    }
+    // Exiting: leave `pending` like the interposer's atexit hook.
+    let p = g.pending.load(Acquire);
+    if (p >> 32) as u32 == registered && p as u32 > 0 {
+        let _ = g.pending.compare_exchange(p, p - 1, AcqRel, Acquire);
+        futex(
+            g.pending.as_ptr().cast(),
+            libc::FUTEX_WAKE,
+            i32::MAX as u32,
+            0,
+        );
+    }
+}
+
+fn params(pct: u32) -> Params {
+    Params {
+        guarantee: pct * 100,
+        ..Params::default()
+    }
+}
+
+#[test]
+fn loop_splits_30_70_and_applies_an_update() {
+    let sched = Scheduler::new(Duration::from_millis(5));
+    let (da, db) = (slice_dir("a"), slice_dir("b"));
+    sched.add(0, "a", &da, 0, params(30));
+    sched.add(0, "b", &db, 0, params(70));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ba, bb) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let threads: Vec<_> = [(da.clone(), Arc::clone(&ba)), (db.clone(), Arc::clone(&bb))]
+        .into_iter()
+        .map(|(d, b)| {
+            let s = Arc::clone(&stop);
+            std::thread::spawn(move || tenant(&d, s, b))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let (a, b) = (ba.load(Relaxed) as f64, bb.load(Relaxed) as f64);
+    let share = a / (a + b);
+    assert!((share - 0.3).abs() < 0.08, "a's share {share:.3}");
+    // Live update: swap the guarantees; the next 2 s follow the new split.
+    sched.update("b", params(30));
+    sched.update("a", params(70));
+    std::thread::sleep(Duration::from_millis(200));
+    let (a0, b0) = (ba.load(Relaxed), bb.load(Relaxed));
+    std::thread::sleep(Duration::from_secs(2));
+    let (a, b) = (
+        (ba.load(Relaxed) - a0) as f64,
+        (bb.load(Relaxed) - b0) as f64,
+    );
+    let share = a / (a + b);
+    assert!(
+        (share - 0.7).abs() < 0.08,
+        "a's share after update {share:.3}"
+    );
+    let st = sched.status();
+    let dev = &st.devices[0];
+    assert!(dev.handoffs > 50, "hand-offs {}", dev.handoffs);
+    assert!(st.slice(0, "a").is_some_and(|s| s.grants > 10));
+    stop.store(true, Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    sched.remove("a");
+    sched.remove("b");
+    let _ = std::fs::remove_dir_all(da);
+    let _ = std::fs::remove_dir_all(db);
+}
+
+#[test]
+fn lone_slice_keeps_the_lease_and_an_idle_device_costs_nothing() {
+    let sched = Scheduler::new(Duration::from_millis(5));
+    let d = slice_dir("lone");
+    sched.add(0, "lone", &d, 0, params(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = Arc::new(AtomicU64::new(0));
+    let (s, b, dd) = (Arc::clone(&stop), Arc::clone(&busy), d.clone());
+    let t = std::thread::spawn(move || tenant(&dd, s, b));
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Relaxed);
+    t.join().unwrap();
+    let share = busy.load(Relaxed) as f64 / 1e9;
+    assert!(share > 0.8, "a lone busy slice gets the device: {share:.3}");
+    let st = sched.status();
+    assert!(st.devices[0].handoffs <= 2, "{:?}", st.devices[0]);
+    sched.remove("lone");
+    let _ = std::fs::remove_dir_all(d);
+}
