@@ -115,8 +115,10 @@ impl Acct {
 #[derive(Clone, Copy, Debug)]
 struct Holder {
     idx: usize,
-    /// Start of the current quantum (grant or last renewal).
+    /// Start of the current lease (grant, or extension when nobody else waits).
     lease_start: u64,
+    /// Last activity check (grant or renewal).
+    checked_at: u64,
     /// Charged up to here.
     charged_to: u64,
 }
@@ -365,22 +367,34 @@ impl Policy {
         }
         let mut renew = false;
         let lease = self.lease_len(me, &others);
-        if now.saturating_sub(h.lease_start) >= lease {
-            let obs = self.slices[me].obs;
-            if !others.is_empty() || !(obs.active || obs.waiting) {
+        let obs = self.slices[me].obs;
+        // Activity is checked every quantum (a lone holder every 100 ms): a holder that launched
+        // nothing since the last check gives the lease up at once; otherwise the generation is
+        // renewed so the next quantum's launches can be seen.
+        let check_every = if others.is_empty() && !limited {
+            self.quantum.max(100_000_000)
+        } else {
+            self.quantum
+        };
+        if now.saturating_sub(h.checked_at) >= check_every {
+            if !(obs.active || obs.waiting) {
                 return Decision::Revoke;
             }
             renew = true;
-            h.lease_start = now;
-            self.holder = Some(h);
+            h.checked_at = now;
         }
-        // A lone unlimited holder is only checked for idleness every 100 ms (a waiting slice
-        // wakes the loop through its demand word anyway).
-        let mut wake_at = if others.is_empty() && !limited {
-            h.lease_start + lease.max(100_000_000)
+        if now.saturating_sub(h.lease_start) >= lease {
+            if !others.is_empty() {
+                return Decision::Revoke;
+            }
+            h.lease_start = now;
+        }
+        self.holder = Some(h);
+        let mut wake_at = (h.checked_at + check_every).min(if others.is_empty() {
+            u64::MAX
         } else {
             h.lease_start + lease
-        };
+        });
         if limited {
             let s = &self.slices[me];
             let r = f64::from(s.params.limit) / f64::from(FULL);
@@ -437,6 +451,7 @@ impl Policy {
         self.holder = Some(Holder {
             idx: i,
             lease_start: now,
+            checked_at: now,
             charged_to: now,
         });
     }
@@ -708,18 +723,27 @@ mod tests {
         );
         assert_eq!(p.decide(0), Decision::Grant(a));
         p.granted(a, 0);
+        // Alone, it is checked every 100 ms (no per-quantum wake-ups) and renewed while busy.
+        p.observe(a, busy, 5 * MS);
+        assert!(matches!(
+            p.decide(5 * MS),
+            Decision::Keep {
+                renew: false,
+                wake_at: 100_000_000
+            }
+        ));
         for k in 1..10 {
-            p.observe(a, busy, k * 5 * MS);
+            p.observe(a, busy, k * 100 * MS);
             assert!(matches!(
-                p.decide(k * 5 * MS),
+                p.decide(k * 100 * MS),
                 Decision::Keep { renew: true, .. }
             ));
         }
-        p.observe(a, Observation::default(), 50 * MS);
-        assert_eq!(p.decide(50 * MS), Decision::Revoke);
-        p.revoked(50 * MS, false);
+        p.observe(a, Observation::default(), 1000 * MS);
+        assert_eq!(p.decide(1000 * MS), Decision::Revoke);
+        p.revoked(1000 * MS, false);
         assert!(matches!(
-            p.decide(50 * MS),
+            p.decide(1000 * MS),
             Decision::Idle { wake_at: None }
         ));
         assert_eq!(p.handoffs, 1);
