@@ -12,16 +12,19 @@
 //! - [`image`]: the test root filesystem, OCI archive and Docker import tarball
 //! - [`runc`], [`containerd`], [`docker`], [`arbiter`]: one engine each
 //! - [`suite`]: shared set-up and assertions of the suites
+//! - [`cri`], [`proto`]: a minimal CRI (gRPC) client for the Pod path
 //! - [`workload`]: running `gpuslice-workload` and reading its `key=value` output
 
 pub mod arbiter;
 pub mod containerd;
+pub mod cri;
 pub mod daemon;
 pub mod docker;
 pub mod gate;
 pub mod image;
 pub mod paths;
 pub mod procs;
+pub mod proto;
 pub mod runc;
 pub mod scratch;
 pub mod sim;
