@@ -1,5 +1,6 @@
 //! The command line (clap): global `--state-dir` / `--config`, and the subcommands `run`,
-//! `status`, `update`, plus the declared-but-not-built `cdi generate`, `configure`, `doctor`.
+//! `status`, `update`, `configure` and `doctor` (their options: `configure_args`), plus the
+//! declared-but-not-built `cdi generate`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -36,18 +37,14 @@ pub enum Command {
         #[command(subcommand)]
         command: CdiCommand,
     },
-    /// Configure container engines (not implemented yet, issue #6).
+    /// Configure a container engine for gpuslice (containerd, docker, crio).
     Configure {
-        /// Ignored.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<OsString>,
+        /// The engine.
+        #[command(subcommand)]
+        engine: crate::configure_args::ConfigureCommand,
     },
-    /// Check the node's setup (not implemented yet, issue #6).
-    Doctor {
-        /// Ignored.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<OsString>,
-    },
+    /// Check the node: driver, NVML, arbiter, interposer, CDI spec, engines.
+    Doctor(crate::configure_args::DoctorArgs),
 }
 
 /// `gpuslice cdi …`.

@@ -1,6 +1,6 @@
 //! `gpuslice`: the admin CLI. `run` (a bare process in a slice), `status` (table / JSON /
-//! watch), `update` (live resize); `cdi generate`, `configure`, `doctor` are declared and say
-//! they are not built yet. Reference: `docs/cli.md`.
+//! watch), `update` (live resize), `configure` (engines) and `doctor` (node check);
+//! `cdi generate` is declared and says it is not built yet. Reference: `docs/cli.md`.
 
 use std::path::PathBuf;
 use std::process::exit;
@@ -11,6 +11,7 @@ use gpuslice_api::config::DEFAULT_CONFIG_PATH;
 use gpuslice_api::{Config, Request, Response};
 use gpuslice_cli::args::{CdiCommand, Cli, Command, StatusArgs, UpdateArgs};
 use gpuslice_cli::client::Client;
+use gpuslice_cli::configure;
 use gpuslice_cli::options;
 use gpuslice_cli::run::{self, RunPlan};
 use gpuslice_cli::status::StatusView;
@@ -53,8 +54,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Command::Cdi {
             command: CdiCommand::Generate { .. },
         } => return not_implemented("cdi generate"),
-        Command::Configure { .. } => return not_implemented("configure"),
-        Command::Doctor { .. } => return not_implemented("doctor"),
+        Command::Configure { engine } => return Ok(configure::run(engine)),
+        Command::Doctor(args) => {
+            if let Some(lib) = &args.dlopen_probe {
+                return Ok(gpuslice_cli::doctor::dlopen_probe(lib));
+            }
+        }
         _ => {}
     }
     let (config, state_dir) = match load(&cli) {
@@ -83,8 +88,37 @@ fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Status(args) => status(&state_dir, &args),
         Command::Update(args) => update(&state_dir, &args),
-        Command::Cdi { .. } | Command::Configure { .. } | Command::Doctor { .. } => Ok(EXIT_USAGE),
+        Command::Doctor(args) => doctor(&config, state_dir, &args),
+        Command::Cdi { .. } | Command::Configure { .. } => Ok(EXIT_USAGE),
     }
+}
+
+fn doctor(
+    config: &Config,
+    state_dir: PathBuf,
+    args: &gpuslice_cli::configure_args::DoctorArgs,
+) -> Result<i32> {
+    use gpuslice_cli::doctor;
+    let inputs = doctor::Inputs {
+        state_dir,
+        nvml_library: args
+            .nvml_library
+            .clone()
+            .or_else(|| config.nvml_library.clone()),
+        interposer: args
+            .interposer
+            .clone()
+            .unwrap_or_else(|| run::interposer_path(config.interposer.as_deref())),
+        cdi_spec: args.cdi_spec.clone(),
+        containerd_config: args.containerd_config.clone(),
+        docker_config: args.docker_config.clone(),
+        crio_dir: args.crio_dir.clone(),
+        driver_version_file: PathBuf::from("/proc/driver/nvidia/version"),
+        probe_exe: std::env::current_exe().ok(),
+    };
+    let checks = doctor::run_checks(&inputs);
+    print!("{}", doctor::render(&checks));
+    Ok(doctor::exit_code(&checks))
 }
 
 fn fetch(state_dir: &std::path::Path) -> Result<StatusView> {

@@ -1,0 +1,315 @@
+//! `gpuslice configure containerd`: a `gpuslice` CRI runtime class in containerd's config,
+//! versions 1, 2 and 3 (the CRI plugin's key differs per version). Versions 2 and 3 get a
+//! drop-in file listed in `imports` (the main file gains only that line); version 1 (no
+//! `imports`) and `--in-place` edit the main file. The drop-in carries a copy of the main
+//! file's whole CRI plugin table plus the class, because containerd 1.x replaces a plugin's
+//! table with the imported one instead of merging the two.
+
+use std::path::{Path, PathBuf};
+
+use toml_edit::{DocumentMut, Item, Table};
+
+use super::tomlx::{self, copy_missing, ensure_in_array, get_table, set_bool, set_str, table_at};
+use super::{read_optional, ConfigureError, FileChange};
+
+/// The runtime class name.
+pub const CLASS: &str = "gpuslice";
+/// The annotation pass-through the class needs (Pod annotations reach the runtime).
+pub const POD_ANNOTATIONS: &str = "gpuslice.io/*";
+/// `runtime_type` of the gpuslice shim.
+pub const SHIM_TYPE: &str = "io.containerd.gpuslice.v2";
+/// `runtime_type` of runc's shim.
+pub const RUNC_TYPE: &str = "io.containerd.runc.v2";
+/// `cdi_spec_dirs` written with `--enable-cdi` when none are set.
+pub const CDI_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+/// The first line of the drop-in.
+pub const DROP_IN_HEADER: &str = "# Written by `gpuslice configure containerd`: the CRI plugin table of the main config\n# (copied, because containerd 1.x replaces a plugin table from an import instead of merging it)\n# plus the gpuslice runtime class. Edit the main config and run the command again.\n";
+
+/// How the class runs gpuslice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Style {
+    /// runc's shim with `options.BinaryName = gpuslice-runtime`.
+    #[default]
+    BinaryName,
+    /// `runtime_type = "io.containerd.gpuslice.v2"` (the gpuslice shim).
+    Shim,
+}
+
+/// What to configure.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The main config file.
+    pub config: PathBuf,
+    /// The drop-in (versions 2 and 3); default `<config dir>/conf.d/gpuslice.toml`.
+    pub drop_in: Option<PathBuf>,
+    /// Edit the main file even where `imports` would do.
+    pub in_place: bool,
+    /// The class style.
+    pub style: Style,
+    /// Path of `gpuslice-runtime` (the `BinaryName` style).
+    pub runtime_path: PathBuf,
+    /// Make `gpuslice` the default runtime (`default_runtime_name`).
+    pub default_runtime: bool,
+    /// Set `enable_cdi = true` (and `cdi_spec_dirs` when absent).
+    pub enable_cdi: bool,
+    /// Version of a config file written from nothing (the file does not exist): 2 or 3.
+    pub new_version: i64,
+}
+
+/// The CRI plugin's table path for a config version.
+pub fn cri_keys(version: i64) -> Option<[&'static str; 2]> {
+    match version {
+        1 => Some(["plugins", "cri"]),
+        2 => Some(["plugins", "io.containerd.grpc.v1.cri"]),
+        3 => Some(["plugins", "io.containerd.cri.v1.runtime"]),
+        _ => None,
+    }
+}
+
+/// The config's version (`version`; absent means 1).
+pub fn version_of(doc: &DocumentMut, path: &Path) -> Result<i64, ConfigureError> {
+    match doc.get("version") {
+        None => Ok(1),
+        Some(v) => match v.as_integer() {
+            Some(n @ 1..=3) => Ok(n),
+            _ => Err(ConfigureError::Unsupported {
+                path: path.to_path_buf(),
+                message: format!(
+                    "unsupported config version {}; versions 1, 2 and 3 are known",
+                    v.to_string().trim()
+                ),
+            }),
+        },
+    }
+}
+
+/// The default drop-in beside `config`.
+pub fn default_drop_in(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .unwrap_or(Path::new("/etc/containerd"))
+        .join("conf.d/gpuslice.toml")
+}
+
+/// The files to write (each with its current and wanted text).
+pub fn plan(opts: &Options) -> Result<Vec<FileChange>, ConfigureError> {
+    let path = &opts.config;
+    let old = read_optional(path)?;
+    let text = old.clone().unwrap_or_default();
+    let mut doc = tomlx::parse(path, &text)?;
+    if old.is_none() {
+        doc.insert("version", toml_edit::value(opts.new_version));
+    }
+    let version = version_of(&doc, path)?;
+    let keys = cri_keys(version).unwrap_or(["plugins", "cri"]);
+    if version == 1 || opts.in_place {
+        let cri = table_at(doc.as_table_mut(), &keys, path)?;
+        edit_cri(cri, opts, path)?;
+        return Ok(vec![FileChange {
+            path: path.clone(),
+            old,
+            new: doc.to_string(),
+        }]);
+    }
+    let drop_in = std::path::absolute(
+        opts.drop_in
+            .clone()
+            .unwrap_or_else(|| default_drop_in(path)),
+    )
+    .map_err(|e| ConfigureError::io(path, e))?;
+    add_import(&mut doc, path, &drop_in)?;
+    let main_change = FileChange {
+        path: path.clone(),
+        old,
+        new: doc.to_string(),
+    };
+    let old_drop = read_optional(&drop_in)?;
+    let previous_class = match &old_drop {
+        Some(t) => {
+            let d = tomlx::parse(&drop_in, t)?;
+            get_table(d.as_table(), &keys)
+                .and_then(|c| get_table(c, &["containerd", "runtimes", CLASS]))
+                .cloned()
+        }
+        None => None,
+    };
+    let new_drop = render_drop_in(&doc, version, keys, previous_class, opts, &drop_in)?;
+    Ok(vec![
+        main_change,
+        FileChange {
+            path: drop_in,
+            old: old_drop,
+            new: new_drop,
+        },
+    ])
+}
+
+fn render_drop_in(
+    main: &DocumentMut,
+    version: i64,
+    keys: [&str; 2],
+    previous_class: Option<Table>,
+    opts: &Options,
+    drop_in: &Path,
+) -> Result<String, ConfigureError> {
+    let mut out = DocumentMut::new();
+    out.insert("version", toml_edit::value(version));
+    let mut plugins = Table::new();
+    plugins.set_implicit(true);
+    // The CRI table of the main file, with the key spelled as there.
+    let main_cri = main
+        .get("plugins")
+        .and_then(Item::as_table)
+        .and_then(|p| p.get_key_value(keys[1]))
+        .and_then(|(k, v)| v.as_table().map(|t| (k.clone(), t.clone())));
+    let (key, mut cri) = match main_cri {
+        Some((k, mut t)) => {
+            tomlx::forget_positions(&mut t);
+            t.set_implicit(true);
+            let prefix = t.decor().prefix().and_then(|p| p.as_str()).unwrap_or("");
+            if !prefix.starts_with('\n') {
+                let p = format!("\n{prefix}");
+                t.decor_mut().set_prefix(p);
+            }
+            (k, t)
+        }
+        None => {
+            let mut t = Table::new();
+            t.set_implicit(true);
+            (toml_edit::Key::new(keys[1]), t)
+        }
+    };
+    if let Some(mut prev) = previous_class {
+        tomlx::forget_positions(&mut prev);
+        let runtimes = table_at(&mut cri, &["containerd", "runtimes"], drop_in)?;
+        runtimes.insert(CLASS, Item::Table(prev));
+    }
+    edit_cri(&mut cri, opts, drop_in)?;
+    plugins.insert_formatted(&key, Item::Table(cri));
+    out.insert("plugins", Item::Table(plugins));
+    let mut text = format!("{DROP_IN_HEADER}{out}");
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// `imports` gains `drop_in` unless an entry (path or glob, relative to the config's
+/// directory) already names it.
+fn add_import(doc: &mut DocumentMut, path: &Path, drop_in: &Path) -> Result<(), ConfigureError> {
+    let base = path.parent().unwrap_or(Path::new("/"));
+    let wanted = drop_in.display().to_string();
+    if let Some(item) = doc.get("imports") {
+        let arr = item.as_array().ok_or_else(|| ConfigureError::Unsupported {
+            path: path.to_path_buf(),
+            message: "`imports` is not an array of strings".into(),
+        })?;
+        for v in arr.iter().filter_map(|v| v.as_str()) {
+            let full = base.join(v).display().to_string();
+            if glob_match(&full, &wanted) {
+                return Ok(());
+            }
+        }
+    }
+    ensure_in_array(doc.as_table_mut(), "imports", &[&wanted]);
+    Ok(())
+}
+
+/// Shell-style `*` / `?` matching (what containerd's `filepath.Glob` accepts for imports, bar
+/// character classes, which are compared literally).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    fn go(p: &[char], n: &[char]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some(('*', rest)) => (0..=n.len())
+                .take_while(|&i| i == 0 || n[i - 1] != '/')
+                .any(|i| go(rest, &n[i..])),
+            Some(('?', rest)) => n.first().is_some_and(|&c| c != '/') && go(rest, &n[1..]),
+            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    go(&p, &n)
+}
+
+/// Adds or completes the class in a CRI plugin table; optional default runtime and CDI.
+pub fn edit_cri(cri: &mut Table, opts: &Options, path: &Path) -> Result<(), ConfigureError> {
+    if opts.enable_cdi {
+        set_bool(cri, "enable_cdi", true);
+        if !cri.contains_key("cdi_spec_dirs") {
+            ensure_in_array(cri, "cdi_spec_dirs", &CDI_SPEC_DIRS);
+        }
+    }
+    let containerd = table_at(cri, &["containerd"], path)?;
+    // The class to copy: the default runtime's when it is a runc one, else `runc`.
+    let source_name = containerd
+        .get("default_runtime_name")
+        .and_then(Item::as_str)
+        .filter(|n| *n != CLASS)
+        .map(str::to_string);
+    if opts.default_runtime {
+        set_str(containerd, "default_runtime_name", CLASS);
+    }
+    let runtimes = table_at(containerd, &["runtimes"], path)?;
+    let source = source_name
+        .as_deref()
+        .and_then(|n| runtimes.get(n))
+        .and_then(Item::as_table)
+        .filter(|t| t.get("runtime_type").and_then(Item::as_str) == Some(RUNC_TYPE))
+        .or_else(|| runtimes.get("runc").and_then(Item::as_table))
+        .cloned()
+        .unwrap_or_default();
+    let is_new = !runtimes.contains_key(CLASS);
+    let class = table_at(runtimes, &[CLASS], path)?;
+    class.set_implicit(false);
+    if is_new {
+        // Lay the new class out like the one it copies (header indentation and blank lines).
+        *class.decor_mut() = source.decor().clone();
+    }
+    let runtime_type = match opts.style {
+        Style::BinaryName => RUNC_TYPE,
+        Style::Shim => SHIM_TYPE,
+    };
+    set_str(class, "runtime_type", runtime_type);
+    copy_missing(
+        &source,
+        class,
+        &["runtime_type", "runtime_path", "runtime_engine", "options"],
+    );
+    ensure_in_array(class, "pod_annotations", &[POD_ANNOTATIONS]);
+    let class_indent = tomlx::key_indent(&source);
+    if let Some(ind) = &class_indent {
+        tomlx::indent_new_keys(class, ind);
+    }
+    let options_new = !class.contains_key("options");
+    let options = table_at(class, &["options"], path)?;
+    options.set_implicit(false);
+    let runtime = opts.runtime_path.display().to_string();
+    let empty = Table::new();
+    let source_options = source
+        .get("options")
+        .and_then(Item::as_table)
+        .unwrap_or(&empty);
+    if options_new {
+        if let Some(src) = source.get("options").and_then(Item::as_table) {
+            *options.decor_mut() = src.decor().clone();
+        }
+    }
+    match opts.style {
+        Style::BinaryName => {
+            copy_missing(source_options, options, &["BinaryName"]);
+            set_str(options, "BinaryName", &runtime);
+        }
+        Style::Shim => {
+            if options.get("BinaryName").and_then(Item::as_str) == Some(runtime.as_str()) {
+                options.remove("BinaryName");
+            }
+            copy_missing(source_options, options, &[]);
+        }
+    }
+    if let Some(ind) = tomlx::key_indent(source_options).or(class_indent) {
+        tomlx::indent_new_keys(options, &ind);
+    }
+    Ok(())
+}
