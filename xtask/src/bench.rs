@@ -6,6 +6,8 @@ use crate::dist;
 use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
 
+#[path = "bench_container_start.rs"]
+mod bench_container_start;
 #[path = "bench_interposer.rs"]
 mod bench_interposer;
 
@@ -29,11 +31,11 @@ const BENCHES: &[(&str, &str, Option<u32>)] = &[
     (
         "container-start",
         "added container start latency versus plain runc",
-        Some(5),
+        None,
     ),
 ];
 
-pub fn run(list: bool, name: Option<&str>, _args: &[String]) -> Result<()> {
+pub fn run(list: bool, name: Option<&str>, args: &[String]) -> Result<()> {
     if list || name.is_none() {
         for (n, about, issue) in BENCHES {
             let state = issue.map_or(String::new(), |i| format!(" (not built yet: issue #{i})"));
@@ -54,6 +56,7 @@ pub fn run(list: bool, name: Option<&str>, _args: &[String]) -> Result<()> {
     match name {
         "share" => crate::bench_share::run(),
         "interposer" => bench_interposer::run(),
+        "container-start" => bench_container_start::run(args),
         _ => sim(),
     }
 }

@@ -1,0 +1,173 @@
+//! Benchmark (ignored by default; `cargo xtask bench container-start` runs it): the start
+//! latency gpuslice adds to a container under containerd. One private containerd and arbiter;
+//! each round runs `ctr run --rm <test image> /bin/true` three ways, in an order rotated every
+//! round so drift and caching hit every variant alike:
+//!
+//! - `runc`: the runc v2 shim with the distribution's runc (the plain runtime class);
+//! - `gpuslice, no request`: `gpuslice-runtime` as the runc binary, nothing asked (pass-through);
+//! - `gpuslice, memory=1Gi`: `gpuslice-runtime` with `gpuslice.io/memory=1Gi` (admission, spec
+//!   edit, mounts, createRuntime and poststop hooks, release).
+//!
+//! Each sample is the wall time of the whole `ctr run --rm` (create, start, wait, delete).
+//! Environment: `GPUSLICE_BENCH_ROUNDS` (default 20), `GPUSLICE_BENCH_SERIES` (containerd series,
+//! comma-separated, default `1.6`).
+
+use anyhow::{ensure, Result};
+use gpuslice_e2e::arbiter::Arbiter;
+use gpuslice_e2e::containerd::{Containerd, Options};
+use gpuslice_e2e::gate::{require, Need};
+use gpuslice_e2e::image::IMAGE;
+use gpuslice_e2e::paths;
+use gpuslice_e2e::procs::{describe, run_timeout};
+use gpuslice_e2e::suite::Node;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const GOAL_MS: f64 = 10.0;
+
+/// One `ctr run --rm … /bin/true`; returns its wall time in ms.
+fn once(
+    ctd: &Containerd,
+    id: &str,
+    runc_binary: &Path,
+    annotations: &[(&str, &str)],
+) -> Result<f64> {
+    let mut c = ctd.ctr();
+    c.args(["run", "--rm", "--net-host"])
+        .args(["--runtime", "io.containerd.runc.v2", "--runc-binary"])
+        .arg(runc_binary)
+        .arg("--runc-root")
+        .arg(ctd.dir.join("runc"));
+    for (k, v) in annotations {
+        c.arg("--annotation").arg(format!("{k}={v}"));
+    }
+    c.arg(IMAGE).arg(id).arg("/bin/true");
+    let t = Instant::now();
+    let out = run_timeout(&mut c, Duration::from_secs(60))?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    ensure!(out.status.success(), "ctr run {id}: {}", describe(&out));
+    Ok(ms)
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn stats(v: &[f64]) -> (f64, f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let mean = s.iter().sum::<f64>() / s.len() as f64;
+    (pct(&s, 0.5), pct(&s, 0.9), s[0], mean)
+}
+
+fn bench(series: &str, rounds: usize) -> Result<()> {
+    let bins = paths::containerd(series);
+    if !require(
+        &format!("bench container-start ({series})"),
+        &[
+            Need::Root,
+            Need::Binary(bins.containerd()),
+            Need::Binary(paths::runc()),
+            Need::Dist,
+            Need::Product,
+        ],
+    ) {
+        return Ok(());
+    }
+    let node = Node::new(&format!("bs{series}"))?;
+    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let rt = paths::product("gpuslice-runtime");
+    let runc = paths::runc();
+    let ctd = Containerd::start(
+        &bins,
+        &node.scratch,
+        &Options {
+            gpuslice_runtime: Some(rt.clone()),
+            env: arbiter.client_env(),
+        },
+    )?;
+    ctd.import(&node.image.oci)?;
+    let variants: [(&str, &Path, &[(&str, &str)]); 3] = [
+        ("runc", &runc, &[]),
+        ("gpuslice, no request", &rt, &[]),
+        (
+            "gpuslice, memory=1Gi",
+            &rt,
+            &[("gpuslice.io/memory", "1Gi")],
+        ),
+    ];
+    // Warm-up: one of each (page cache, first snapshot, arbiter connection).
+    for (i, (_, bin, ann)) in variants.iter().enumerate() {
+        once(&ctd, &format!("warm-{i}"), bin, ann)?;
+    }
+    let mut samples = vec![Vec::new(); variants.len()];
+    for r in 0..rounds {
+        for k in 0..variants.len() {
+            let i = (r + k) % variants.len();
+            let (_, bin, ann) = variants[i];
+            samples[i].push(once(&ctd, &format!("b{r}-{i}"), bin, ann)?);
+        }
+    }
+    let version = run_timeout(
+        std::process::Command::new(bins.containerd()).arg("--version"),
+        Duration::from_secs(10),
+    )
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    .unwrap_or_default();
+    println!("\ncontainer-start: {version}; {rounds} rounds, order rotated; each sample = `ctr run --rm {IMAGE} /bin/true`");
+    println!(
+        "{:<24} {:>9} {:>9} {:>9} {:>9}",
+        "variant", "median", "p90", "min", "mean"
+    );
+    for ((name, _, _), s) in variants.iter().zip(&samples) {
+        let (med, p90, min, mean) = stats(s);
+        println!("{name:<24} {med:>6.1} ms {p90:>6.1} ms {min:>6.1} ms {mean:>6.1} ms");
+    }
+    let (base, _, _, _) = stats(&samples[0]);
+    for (i, (name, _, _)) in variants.iter().enumerate().skip(1) {
+        // Per-round differences (same round, adjacent runs) and their median / p90.
+        let d: Vec<f64> = samples[i]
+            .iter()
+            .zip(&samples[0])
+            .map(|(g, p)| g - p)
+            .collect();
+        let (dmed, dp90, _, _) = stats(&d);
+        let (med, _, _, _) = stats(&samples[i]);
+        println!(
+            "added by {name:<22} median {:+6.1} ms (paired: median {dmed:+6.1} ms, p90 {dp90:+6.1} ms), ratio {:.2}x",
+            med - base,
+            med / base
+        );
+    }
+    let d: Vec<f64> = samples[2]
+        .iter()
+        .zip(&samples[0])
+        .map(|(g, p)| g - p)
+        .collect();
+    let (dmed, _, _, _) = stats(&d);
+    println!(
+        "goal: ≤ {GOAL_MS} ms added (paired median, gpuslice memory=1Gi vs runc): {dmed:.1} ms — {}",
+        if dmed <= GOAL_MS { "met" } else { "MISSED" }
+    );
+    ensure!(
+        ctd.containers()?.is_empty(),
+        "containers left in containerd"
+    );
+    Ok(())
+}
+
+#[test]
+#[ignore = "benchmark: cargo xtask bench container-start"]
+fn bench_container_start() -> Result<()> {
+    let rounds = std::env::var("GPUSLICE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20usize)
+        .max(1);
+    let series = std::env::var("GPUSLICE_BENCH_SERIES").unwrap_or_else(|_| "1.6".into());
+    for s in series.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        bench(s, rounds)?;
+    }
+    Ok(())
+}
