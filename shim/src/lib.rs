@@ -15,6 +15,7 @@ pub mod prepare;
 pub mod runc_args;
 pub mod select;
 pub mod settings;
+pub mod shimv2;
 pub mod spec;
 
 pub use prepare::{prepare_bundle, Outcome, PrepareError};

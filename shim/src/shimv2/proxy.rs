@@ -1,0 +1,313 @@
+//! The long-lived half of `containerd-shim-gpuslice-v2`: a ttrpc server on our socket that
+//! forwards every Task call to runc-v2's socket unchanged (same payload, timeout and metadata;
+//! only the service name is set to the Task API version runc-v2 announced), except:
+//!
+//! * `Create`: the bundle is prepared first (`crate::prepare_bundle`: request, admission, spec
+//!   edit; sandboxes and containers that ask for nothing untouched). A failure refuses the Create
+//!   with the library's message; runc-v2 never sees it. If runc-v2's Create then fails, a slice
+//!   admitted by this call is released.
+//! * `Delete` of a container (no exec id) that this proxy admitted: after runc-v2 deleted it, the
+//!   slice is released (the `poststop` hook normally did already; releasing is idempotent).
+//!
+//! The proxy exits when runc-v2 does (its socket closes), so containerd sees the shim end.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use containerd_shim::protos::api::{CreateTaskRequest, DeleteRequest};
+use containerd_shim::protos::protobuf::{Message, MessageField};
+use containerd_shim::protos::ttrpc::{
+    self, get_status, Client, Code, MethodHandler, Request, Response, Server, Status, TtrpcContext,
+};
+
+use super::upstream::socket_path;
+use crate::prepare::release;
+use crate::{prepare_bundle, Outcome, Settings};
+
+/// Environment of the proxy process: runc-v2's address.
+pub const ENV_UPSTREAM: &str = "GPUSLICE_SHIM_UPSTREAM";
+/// Environment of the proxy process: the Task API version runc-v2 serves.
+pub const ENV_API: &str = "GPUSLICE_SHIM_TASK_API";
+
+/// The methods of `containerd.task.v2.Task` / `containerd.task.v3.Task`.
+pub const METHODS: [&str; 17] = [
+    "State",
+    "Create",
+    "Start",
+    "Delete",
+    "Pids",
+    "Pause",
+    "Resume",
+    "Checkpoint",
+    "Kill",
+    "Exec",
+    "ResizePty",
+    "CloseIO",
+    "Update",
+    "Wait",
+    "Stats",
+    "Connect",
+    "Shutdown",
+];
+
+/// Writes one line to stderr (the bundle's `log` fifo, which containerd copies into its own
+/// log); a reader that went away is ignored.
+pub fn log(msg: std::fmt::Arguments<'_>) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "containerd-shim-gpuslice-v2[{}]: {msg}",
+        std::process::id()
+    );
+}
+
+/// Proxy failures before serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// A required environment variable is missing.
+    #[error("{0} is not set (the proxy is started by `containerd-shim-gpuslice-v2 start`)")]
+    Env(&'static str),
+    /// runc-v2's socket cannot be reached.
+    #[error("cannot connect to containerd-shim-runc-v2 at {address}: {source}")]
+    Upstream {
+        /// The address.
+        address: String,
+        /// The error.
+        #[source]
+        source: ttrpc::Error,
+    },
+    /// Our socket cannot be served.
+    #[error("cannot serve {address}: {why}")]
+    Serve {
+        /// Our address.
+        address: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// The forwarding state shared by all handlers.
+struct Proxy {
+    client: Client,
+    upstream: String,
+    service: String,
+    /// Container id → slice id, for containers admitted by this proxy.
+    admitted: Mutex<HashMap<String, String>>,
+}
+
+fn status_response(s: Status) -> Response {
+    let mut r = Response::new();
+    r.status = MessageField::some(s);
+    r
+}
+
+fn is_ok(r: &Response) -> bool {
+    r.status.as_ref().is_none_or(|s| s.code() == Code::OK)
+}
+
+impl Proxy {
+    fn forward(&self, mut req: Request) -> Response {
+        req.service = self.service.clone();
+        let method = req.method.clone();
+        match self.client.request(req) {
+            Ok(r) => r,
+            Err(ttrpc::Error::RpcStatus(s)) => status_response(s),
+            Err(e) => {
+                log(format_args!("{method}: runc v2 shim: {e}"));
+                status_response(get_status(
+                    Code::UNAVAILABLE,
+                    format!(
+                        "containerd-shim-gpuslice-v2: containerd-shim-runc-v2 at {}: {e}",
+                        self.upstream
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn call(&self, method: &str, req: Request) -> Response {
+        match method {
+            "Create" => self.create(req),
+            "Delete" => {
+                let d = DeleteRequest::parse_from_bytes(&req.payload).ok();
+                let r = self.forward(req);
+                if let Some(d) = d.filter(|d| d.exec_id.is_empty() && is_ok(&r)) {
+                    self.deleted(&d.id);
+                }
+                r
+            }
+            _ => self.forward(req),
+        }
+    }
+
+    fn create(&self, req: Request) -> Response {
+        let c = match CreateTaskRequest::parse_from_bytes(&req.payload) {
+            Ok(c) => c,
+            Err(e) => {
+                return status_response(get_status(
+                    Code::INVALID_ARGUMENT,
+                    format!("containerd-shim-gpuslice-v2: undecodable CreateTaskRequest: {e}"),
+                ))
+            }
+        };
+        let refuse = |msg: String| {
+            log(format_args!("create {}: refused: {msg}", c.id));
+            status_response(get_status(
+                Code::FAILED_PRECONDITION,
+                format!("gpuslice: container \"{}\": {msg}", c.id),
+            ))
+        };
+        let settings = match Settings::load(None, None) {
+            Ok(s) => s,
+            Err(e) => return refuse(e.to_string()),
+        };
+        let mut warnings = Vec::new();
+        let outcome = prepare_bundle(Path::new(&c.bundle), &c.id, &settings, &mut warnings);
+        for w in &warnings {
+            log(format_args!("create {}: warning: {w}", c.id));
+        }
+        match outcome {
+            Err(e) => refuse(e.to_string()),
+            Ok(Outcome::Sliced { slice_id, fresh }) => {
+                log(format_args!(
+                    "create {}: slice \"{slice_id}\" admitted",
+                    c.id
+                ));
+                let r = self.forward(req);
+                if is_ok(&r) {
+                    if let Ok(mut m) = self.admitted.lock() {
+                        m.insert(c.id.clone(), slice_id);
+                    }
+                } else if fresh {
+                    let mut w = Vec::new();
+                    release(&settings, &slice_id, &mut w);
+                    log(format_args!(
+                        "create {}: runc v2 shim failed; slice \"{slice_id}\" released",
+                        c.id
+                    ));
+                    for m in w {
+                        log(format_args!("warning: {m}"));
+                    }
+                }
+                r
+            }
+            Ok(Outcome::Open) => {
+                log(format_args!(
+                    "create {}: started without a slice (fail open)",
+                    c.id
+                ));
+                self.forward(req)
+            }
+            Ok(Outcome::Unchanged(why)) => {
+                log(format_args!("create {}: unchanged ({why})", c.id));
+                self.forward(req)
+            }
+        }
+    }
+
+    fn deleted(&self, id: &str) {
+        let slice = self.admitted.lock().ok().and_then(|mut m| m.remove(id));
+        let Some(slice) = slice else { return };
+        let mut w = Vec::new();
+        match Settings::load(None, None) {
+            Ok(s) => release(&s, &slice, &mut w),
+            Err(e) => w.push(e.to_string()),
+        }
+        for m in w {
+            log(format_args!("delete {id}: {m}"));
+        }
+    }
+}
+
+struct Forward {
+    proxy: Arc<Proxy>,
+    method: &'static str,
+}
+
+impl MethodHandler for Forward {
+    fn handler(&self, ctx: TtrpcContext, req: Request) -> ttrpc::Result<()> {
+        let res = self.proxy.call(self.method, req);
+        ctx.respond(ctx.mh.stream_id, res)
+    }
+}
+
+/// The method table: every Task method under both API versions, so containerd may call us by
+/// either name.
+fn methods(proxy: &Arc<Proxy>) -> HashMap<String, Box<dyn MethodHandler + Send + Sync>> {
+    let mut m: HashMap<String, Box<dyn MethodHandler + Send + Sync>> = HashMap::new();
+    for v in [2, 3] {
+        for method in METHODS {
+            m.insert(
+                format!("/containerd.task.v{v}.Task/{method}"),
+                Box::new(Forward {
+                    proxy: Arc::clone(proxy),
+                    method,
+                }),
+            );
+        }
+    }
+    m
+}
+
+/// Serves `ours` (a `unix://` address) in front of the runc v2 shim named by [`ENV_UPSTREAM`];
+/// prints `ready` on stdout once the socket accepts calls; returns when runc-v2 is gone.
+pub fn serve(ours: &str) -> Result<(), ProxyError> {
+    let upstream = std::env::var(ENV_UPSTREAM).map_err(|_| ProxyError::Env(ENV_UPSTREAM))?;
+    let version: i32 = std::env::var(ENV_API)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let client = Client::connect(&upstream).map_err(|source| ProxyError::Upstream {
+        address: upstream.clone(),
+        source,
+    })?;
+    let proxy = Arc::new(Proxy {
+        client,
+        upstream: upstream.clone(),
+        service: format!("containerd.task.v{version}.Task"),
+        admitted: Mutex::new(HashMap::new()),
+    });
+    let serve_err = |why: String| ProxyError::Serve {
+        address: ours.to_string(),
+        why,
+    };
+    let path = socket_path(ours);
+    if let Some(dir) = Path::new(path).parent() {
+        std::fs::create_dir_all(dir).map_err(|e| serve_err(e.to_string()))?;
+    }
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|e| serve_err(e.to_string()))?;
+    use std::os::fd::IntoRawFd;
+    let mut server = Server::new()
+        .add_listener(listener.into_raw_fd())
+        .map_err(|e| serve_err(e.to_string()))?
+        .set_thread_count_max(64)
+        .register_service(methods(&proxy));
+    server.start().map_err(|e| serve_err(e.to_string()))?;
+    log(format_args!(
+        "serving {ours} in front of {upstream} (containerd.task.v{version}.Task)"
+    ));
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "ready");
+        let _ = out.flush();
+    }
+    wait_upstream_gone(socket_path(&upstream));
+    // Let a forwarded Shutdown answer reach containerd before the socket goes.
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = std::fs::remove_file(path);
+    log(format_args!("runc v2 shim gone; exiting"));
+    Ok(())
+}
+
+/// Blocks until the runc v2 shim's socket closes an idle connection of ours (its process ended).
+fn wait_upstream_gone(path: &str) {
+    let Ok(mut s) = UnixStream::connect(path) else {
+        return;
+    };
+    let mut buf = [0u8; 256];
+    while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+}
