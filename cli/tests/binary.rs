@@ -343,13 +343,13 @@ fn status_and_update_against_the_arbiter() {
 #[test]
 fn placeholders_say_not_implemented() {
     let node = Node::new("todo", false);
-    for args in [&["cdi", "generate"][..], &["configure"], &["doctor"]] {
-        let o = node.out(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
-        assert!(
-            stderr(&o).contains("not implemented yet (issue #6)"),
-            "{args:?}: {}",
-            stderr(&o)
-        );
-    }
+    // `configure` and `doctor` are built (tests/configure.rs, tests/doctor.rs).
+    let args = ["cdi", "generate"];
+    let o = node.out(&args);
+    assert_eq!(o.status.code(), Some(2), "{args:?}");
+    assert!(
+        stderr(&o).contains("not implemented yet (issue #6)"),
+        "{args:?}: {}",
+        stderr(&o)
+    );
 }

@@ -28,7 +28,7 @@ pub struct Options {
 pub fn plan(opts: &Options) -> Result<Vec<FileChange>, ConfigureError> {
     let path = &opts.config;
     let old = read_optional(path)?;
-    let text = old.clone().unwrap_or_else(|| HEADER.to_string());
+    let text = old.clone().unwrap_or_default();
     let mut doc = tomlx::parse(path, &text)?;
     let runtime = table_at(doc.as_table_mut(), &["crio", "runtime"], path)?;
     if opts.default_runtime {
@@ -43,9 +43,13 @@ pub fn plan(opts: &Options) -> Result<Vec<FileChange>, ConfigureError> {
     );
     set_str(class, "runtime_type", "oci");
     ensure_in_array(class, "allowed_annotations", &["gpuslice.io/*"]);
+    let new = match &old {
+        Some(_) => doc.to_string(),
+        None => format!("{HEADER}{doc}"),
+    };
     Ok(vec![FileChange {
         path: path.clone(),
         old,
-        new: doc.to_string(),
+        new,
     }])
 }

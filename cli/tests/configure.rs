@@ -1,0 +1,513 @@
+//! `gpuslice configure`: every containerd config version, Docker's daemon.json and CRI-O from
+//! fixtures (`tests/fixtures/configure/`), compared with golden outputs
+//! (`tests/fixtures/configure/golden/`, the temporary directory written as `@DIR@`; regenerate
+//! deliberately with `GPUSLICE_BLESS=1 cargo test -p gpuslice-cli --test configure` and review
+//! the diff); a second run changes nothing; `--dry-run` prints a diff and writes nothing; a file
+//! that does not parse is refused and left untouched; a backup is written only on change.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gpuslice_cli::configure::{containerd, crio, docker, FileChange};
+use toml_edit::DocumentMut;
+
+const RT: &str = "/opt/gpuslice/bin/gpuslice-runtime";
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configure")
+}
+
+/// A fresh temporary directory holding a copy of every fixture.
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gs-h14-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(fixtures()).unwrap() {
+        let e = e.unwrap();
+        if e.path().is_file() {
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+    }
+    dir
+}
+
+fn gpuslice(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpuslice"))
+        .args(args)
+        .env_remove("GPUSLICE_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Compares `actual` (with `dir` written as `@DIR@`) with the golden file `name`.
+fn golden(name: &str, dir: &Path, actual: &str) {
+    let actual = actual.replace(&dir.display().to_string(), "@DIR@");
+    let path = fixtures().join("golden").join(name);
+    if std::env::var_os("GPUSLICE_BLESS").is_some() {
+        std::fs::write(&path, &actual).unwrap();
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (GPUSLICE_BLESS=1 writes it)", path.display()));
+    assert_eq!(actual, want, "{name} differs from its golden file");
+}
+
+fn ctd(dir: &Path, file: &str) -> containerd::Options {
+    containerd::Options {
+        config: dir.join(file),
+        drop_in: None,
+        in_place: false,
+        style: containerd::Style::BinaryName,
+        runtime_path: PathBuf::from(RT),
+        default_runtime: false,
+        enable_cdi: false,
+        new_version: 2,
+    }
+}
+
+fn write_all(changes: &[FileChange]) {
+    let mut sink = Vec::new();
+    gpuslice_cli::configure::apply(changes, false, &mut sink).unwrap();
+}
+
+/// Plans, writes, and checks that planning again changes nothing.
+fn converge(plan: impl Fn() -> Vec<FileChange>) -> Vec<FileChange> {
+    let first = plan();
+    assert!(
+        first.iter().any(FileChange::changes),
+        "first run changed nothing"
+    );
+    write_all(&first);
+    let again = plan();
+    for c in &again {
+        assert!(
+            !c.changes(),
+            "second run would change {}:\n{}",
+            c.path.display(),
+            c.diff()
+        );
+    }
+    first
+}
+
+fn toml_at<'a>(doc: &'a DocumentMut, keys: &[&str]) -> &'a toml_edit::Item {
+    let mut item = doc.as_item();
+    for k in keys {
+        item = item.get(k).unwrap_or_else(|| panic!("no {k} in {keys:?}"));
+    }
+    item
+}
+
+#[test]
+fn containerd_v1_is_edited_in_place() {
+    let dir = scratch("v1");
+    let opts = ctd(&dir, "containerd-v1.toml");
+    let changes = converge(|| containerd::plan(&opts).unwrap());
+    assert_eq!(changes.len(), 1, "version 1 has no imports: one file");
+    let new = std::fs::read_to_string(dir.join("containerd-v1.toml")).unwrap();
+    golden("containerd-v1.toml", &dir, &new);
+    let doc: DocumentMut = new.parse().unwrap();
+    let class = ["plugins", "cri", "containerd", "runtimes", "gpuslice"];
+    assert_eq!(
+        toml_at(&doc, &[&class[..], &["runtime_type"]].concat()).as_str(),
+        Some("io.containerd.runc.v2")
+    );
+    assert_eq!(
+        toml_at(&doc, &[&class[..], &["options", "SystemdCgroup"]].concat()).as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        toml_at(&doc, &[&class[..], &["options", "BinaryName"]].concat()).as_str(),
+        Some(RT)
+    );
+    // Comments survive.
+    assert!(new.contains("# keep cgroups in systemd") && new.contains("# the default"));
+}
+
+#[test]
+fn containerd_v2_gets_a_drop_in_and_one_import() {
+    let dir = scratch("v2");
+    let opts = ctd(&dir, "containerd-v2.toml");
+    converge(|| containerd::plan(&opts).unwrap());
+    let main = std::fs::read_to_string(dir.join("containerd-v2.toml")).unwrap();
+    let drop = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml")).unwrap();
+    golden("containerd-v2.toml", &dir, &main);
+    golden("containerd-v2.drop-in.toml", &dir, &drop);
+    // The main file changed only in `imports`, the old import kept first.
+    let orig = std::fs::read_to_string(fixtures().join("containerd-v2.toml")).unwrap();
+    let diff: Vec<_> = orig
+        .lines()
+        .zip(main.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(diff.len(), 1, "{diff:?}");
+    assert!(diff[0]
+        .1
+        .starts_with("imports = [\"/etc/containerd/other.toml\", "));
+    let doc: DocumentMut = drop.parse().unwrap();
+    assert_eq!(doc["version"].as_integer(), Some(2));
+    let cri = ["plugins", "io.containerd.grpc.v1.cri"];
+    // The whole CRI table is carried (containerd 1.x replaces it from the import).
+    assert_eq!(
+        toml_at(&doc, &[&cri[..], &["restrict_oom_score_adj"]].concat()).as_bool(),
+        Some(true)
+    );
+    let class = [&cri[..], &["containerd", "runtimes", "gpuslice"]].concat();
+    let opt = |k: &str| toml_at(&doc, &[&class[..], &["options", k]].concat()).clone();
+    assert_eq!(opt("SystemdCgroup").as_bool(), Some(true));
+    assert_eq!(opt("BinaryName").as_str(), Some(RT));
+    let ann = toml_at(&doc, &[&class[..], &["pod_annotations"]].concat());
+    assert_eq!(
+        ann.as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect::<Vec<_>>(),
+        ["gpuslice.io/*"]
+    );
+}
+
+#[test]
+fn containerd_v3_shim_style_cdi_and_default_runtime() {
+    let dir = scratch("v3");
+    let mut opts = ctd(&dir, "containerd-v3.toml");
+    opts.style = containerd::Style::Shim;
+    opts.enable_cdi = true;
+    opts.default_runtime = true;
+    converge(|| containerd::plan(&opts).unwrap());
+    let main = std::fs::read_to_string(dir.join("containerd-v3.toml")).unwrap();
+    let drop = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml")).unwrap();
+    golden("containerd-v3.toml", &dir, &main);
+    golden("containerd-v3.drop-in.toml", &dir, &drop);
+    let doc: DocumentMut = drop.parse().unwrap();
+    let cri = ["plugins", "io.containerd.cri.v1.runtime"];
+    assert_eq!(
+        toml_at(&doc, &[&cri[..], &["enable_cdi"]].concat()).as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        toml_at(
+            &doc,
+            &[&cri[..], &["containerd", "default_runtime_name"]].concat()
+        )
+        .as_str(),
+        Some("gpuslice")
+    );
+    let class = [&cri[..], &["containerd", "runtimes", "gpuslice"]].concat();
+    assert_eq!(
+        toml_at(&doc, &[&class[..], &["runtime_type"]].concat()).as_str(),
+        Some(containerd::SHIM_TYPE)
+    );
+    assert!(
+        toml_at(&doc, &[&class[..], &["options"]].concat())
+            .get("BinaryName")
+            .is_none(),
+        "the shim style names no BinaryName"
+    );
+    assert_eq!(
+        toml_at(&doc, &[&class[..], &["options", "SystemdCgroup"]].concat()).as_bool(),
+        Some(true)
+    );
+}
+
+#[test]
+fn containerd_import_glob_that_covers_the_drop_in_is_not_repeated() {
+    let dir = scratch("glob");
+    let cfg = dir.join("config.toml");
+    std::fs::write(&cfg, "version = 2\nimports = [\"conf.d/*.toml\"]\n").unwrap();
+    let opts = ctd(&dir, "config.toml");
+    converge(|| containerd::plan(&opts).unwrap());
+    let main = std::fs::read_to_string(&cfg).unwrap();
+    assert_eq!(
+        main, "version = 2\nimports = [\"conf.d/*.toml\"]\n",
+        "main file untouched"
+    );
+    assert!(dir.join("conf.d/gpuslice.toml").exists());
+}
+
+#[test]
+fn containerd_in_place_and_switching_style() {
+    let dir = scratch("inplace");
+    let mut opts = ctd(&dir, "containerd-v2.toml");
+    opts.in_place = true;
+    converge(|| containerd::plan(&opts).unwrap());
+    assert!(!dir.join("conf.d").exists(), "--in-place writes no drop-in");
+    opts.style = containerd::Style::Shim;
+    converge(|| containerd::plan(&opts).unwrap());
+    let doc: DocumentMut = std::fs::read_to_string(dir.join("containerd-v2.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let class = [
+        "plugins",
+        "io.containerd.grpc.v1.cri",
+        "containerd",
+        "runtimes",
+        "gpuslice",
+    ];
+    assert_eq!(
+        toml_at(&doc, &[&class[..], &["runtime_type"]].concat()).as_str(),
+        Some(containerd::SHIM_TYPE)
+    );
+    // runc's own BinaryName is what the shim style keeps, not gpuslice-runtime's.
+    assert_eq!(
+        toml_at(&doc, &[&class[..], &["options", "BinaryName"]].concat()).as_str(),
+        Some("/usr/sbin/runc")
+    );
+}
+
+#[test]
+fn containerd_missing_file_is_created_with_the_chosen_version() {
+    let dir = scratch("new");
+    let mut opts = ctd(&dir, "absent.toml");
+    opts.new_version = 3;
+    opts.in_place = true;
+    converge(|| containerd::plan(&opts).unwrap());
+    let doc: DocumentMut = std::fs::read_to_string(dir.join("absent.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(doc["version"].as_integer(), Some(3));
+    assert_eq!(
+        doc["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["gpuslice"]
+            ["options"]["BinaryName"]
+            .as_str(),
+        Some(RT)
+    );
+}
+
+#[test]
+fn docker_keeps_every_key_and_its_order() {
+    let dir = scratch("docker");
+    let path = dir.join("daemon.json");
+    let opts = docker::Options {
+        config: path.clone(),
+        style: docker::Style::Path,
+        runtime_path: PathBuf::from(RT),
+        default_runtime: false,
+        enable_cdi: false,
+    };
+    converge(|| docker::plan(&opts).unwrap());
+    let new = std::fs::read_to_string(&path).unwrap();
+    golden("daemon.json", &dir, &new);
+    let keys: Vec<usize> = [
+        "log-driver",
+        "log-opts",
+        "max-size",
+        "max-file",
+        "runtimes",
+        "nvidia",
+        "gpuslice",
+        "data-root",
+        "storage-driver",
+    ]
+    .iter()
+    .map(|k| {
+        new.find(&format!("\"{k}\""))
+            .unwrap_or_else(|| panic!("{k} lost"))
+    })
+    .collect();
+    assert!(
+        keys.windows(2).all(|w| w[0] < w[1]),
+        "key order changed:\n{new}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&new).unwrap();
+    assert_eq!(v["runtimes"]["gpuslice"]["path"], RT);
+    assert_eq!(v["runtimes"]["nvidia"]["path"], "nvidia-container-runtime");
+
+    let opts = docker::Options {
+        style: docker::Style::RuntimeType,
+        default_runtime: true,
+        enable_cdi: true,
+        ..opts
+    };
+    converge(|| docker::plan(&opts).unwrap());
+    let new = std::fs::read_to_string(&path).unwrap();
+    golden("daemon.runtime-type.json", &dir, &new);
+    let v: serde_json::Value = serde_json::from_str(&new).unwrap();
+    assert_eq!(
+        v["runtimes"]["gpuslice"],
+        serde_json::json!({"runtimeType": "io.containerd.gpuslice.v2"})
+    );
+    assert_eq!(v["default-runtime"], "gpuslice");
+    assert_eq!(v["features"]["cdi"], true);
+}
+
+#[test]
+fn crio_new_and_existing_drop_in() {
+    let dir = scratch("crio");
+    for (file, gold) in [
+        ("99-gpuslice.conf", "crio-new.conf"),
+        ("crio-existing.conf", "crio-existing.conf"),
+    ] {
+        let opts = crio::Options {
+            config: dir.join(file),
+            runtime_path: PathBuf::from(RT),
+            default_runtime: file == "crio-existing.conf",
+        };
+        converge(|| crio::plan(&opts).unwrap());
+        let new = std::fs::read_to_string(dir.join(file)).unwrap();
+        golden(gold, &dir, &new);
+        let doc: DocumentMut = new.parse().unwrap();
+        let t = &doc["crio"]["runtime"]["runtimes"]["gpuslice"];
+        assert_eq!(t["runtime_path"].as_str(), Some(RT));
+        assert_eq!(t["runtime_type"].as_str(), Some("oci"));
+    }
+    let kept = std::fs::read_to_string(dir.join("crio-existing.conf")).unwrap();
+    assert!(
+        kept.contains("# operator's CRI-O drop-in") && kept.contains("conmon_cgroup = \"pod\"")
+    );
+    assert!(kept.contains("default_runtime = \"gpuslice\""));
+}
+
+fn backups(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".gpuslice-backup-"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn binary_writes_a_backup_once_and_then_says_already_configured() {
+    let dir = scratch("bin");
+    let cfg = dir.join("containerd-v2.toml");
+    let before = std::fs::read_to_string(&cfg).unwrap();
+    let args = [
+        "configure",
+        "containerd",
+        "--file",
+        cfg.to_str().unwrap(),
+        "--runtime-path",
+        RT,
+    ];
+    let o = gpuslice(&args);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.contains("updated:") && out.contains("created:"),
+        "{out}"
+    );
+    let b = backups(&dir);
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join(&b[0])).unwrap(),
+        before,
+        "backup holds the old text"
+    );
+
+    let after = std::fs::read_to_string(&cfg).unwrap();
+    let o = gpuslice(&args);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("already configured"), "{out}");
+    assert_eq!(backups(&dir).len(), 1, "no backup when nothing changes");
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), after);
+}
+
+#[test]
+fn dry_run_prints_a_unified_diff_and_writes_nothing() {
+    let dir = scratch("dry");
+    let json = dir.join("daemon.json");
+    let before = std::fs::read_to_string(&json).unwrap();
+    let o = gpuslice(&[
+        "configure",
+        "docker",
+        "--file",
+        json.to_str().unwrap(),
+        "--runtime-path",
+        RT,
+        "--dry-run",
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(
+        out.starts_with(&format!(
+            "--- {}\n+++ {}\n@@ ",
+            json.display(),
+            json.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "+        \"gpuslice\": {{\n+            \"path\": \"{RT}\""
+        )) || out.contains("+    \"gpuslice\""),
+        "{out}"
+    );
+    assert!(err.contains("would change"), "{err}");
+    assert_eq!(std::fs::read_to_string(&json).unwrap(), before);
+    assert!(backups(&dir).is_empty());
+    // containerd: the drop-in that would be created shows as a new file.
+    let cfg = dir.join("containerd-v3.toml");
+    let o = gpuslice(&[
+        "configure",
+        "containerd",
+        "--file",
+        cfg.to_str().unwrap(),
+        "--dry-run",
+    ]);
+    let (out, _) = text(&o);
+    assert!(
+        out.contains("--- /dev/null\n+++ ") && out.contains("conf.d/gpuslice.toml"),
+        "{out}"
+    );
+    assert!(!dir.join("conf.d").exists());
+}
+
+#[test]
+fn unparseable_files_are_refused_and_untouched() {
+    let dir = scratch("broken");
+    for (engine, file, line) in [
+        ("containerd", "containerd-broken.toml", "line 2"),
+        ("docker", "daemon-broken.json", "line 3"),
+    ] {
+        let path = dir.join(file);
+        let before = std::fs::read(&path).unwrap();
+        let o = gpuslice(&["configure", engine, "--file", path.to_str().unwrap()]);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{engine}: {out}{err}");
+        assert!(
+            err.contains(&format!("cannot parse {}: {line}", path.display())),
+            "{engine}: {err}"
+        );
+        assert!(err.contains("left untouched"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), before, "{file} changed");
+    }
+    assert!(backups(&dir).is_empty());
+    assert!(!dir.join("conf.d").exists());
+}
+
+#[test]
+fn unknown_containerd_version_is_refused() {
+    let dir = scratch("v9");
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, "version = 9\n").unwrap();
+    let e = containerd::plan(&ctd(&dir, "c.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unsupported config version 9"), "{e}");
+}
+
+#[test]
+fn glob_matching() {
+    assert!(containerd::glob_match(
+        "/etc/containerd/conf.d/*.toml",
+        "/etc/containerd/conf.d/gpuslice.toml"
+    ));
+    assert!(!containerd::glob_match(
+        "/etc/containerd/conf.d/*.toml",
+        "/etc/containerd/conf.d/x/gpuslice.toml"
+    ));
+    assert!(containerd::glob_match("/a/?.toml", "/a/b.toml"));
+    assert!(!containerd::glob_match("/a/*.conf", "/a/b.toml"));
+}
