@@ -9,8 +9,15 @@
 //!   edit, mounts, createRuntime and poststop hooks, release).
 //!
 //! Each sample is the wall time of the whole `ctr run --rm` (create, start, wait, delete).
+//!
+//! On a node `/run` is a tmpfs, and with it the arbiter's state directory (`/run/gpuslice`) and
+//! containerd's state (`/run/containerd`, where the bundles and their `config.json` live), so the
+//! `fsync`s of slice records and spec rewrites cost nothing there. The harness's scratch
+//! directories are on disk, so the benchmark mounts a tmpfs on both (`GPUSLICE_BENCH_TMPFS=0`:
+//! leave them on disk, where each `fsync` costs milliseconds).
+//!
 //! Environment: `GPUSLICE_BENCH_ROUNDS` (default 20), `GPUSLICE_BENCH_SERIES` (containerd series,
-//! comma-separated, default `1.6`).
+//! comma-separated, default `1.6`), `GPUSLICE_BENCH_TMPFS` (default 1).
 
 use anyhow::{ensure, Result};
 use gpuslice_e2e::arbiter::Arbiter;
@@ -18,9 +25,10 @@ use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths;
-use gpuslice_e2e::procs::{describe, run_timeout};
+use gpuslice_e2e::procs::{describe, run_ok, run_timeout};
 use gpuslice_e2e::suite::Node;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const GOAL_MS: f64 = 10.0;
@@ -76,6 +84,18 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("bs{series}"))?;
+    let tmpfs = std::env::var("GPUSLICE_BENCH_TMPFS").map_or(true, |v| v != "0");
+    if tmpfs {
+        for d in ["arbiter".to_string(), format!("ctd{series}/state")] {
+            let p = node.scratch.dir(&d)?;
+            run_ok(
+                Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", "size=256m,mode=0711", "tmpfs"])
+                    .arg(&p),
+                Duration::from_secs(10),
+            )?;
+        }
+    }
     let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
     let rt = paths::product("gpuslice-runtime");
     let runc = paths::runc();
@@ -110,12 +130,17 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         }
     }
     let version = run_timeout(
-        std::process::Command::new(bins.containerd()).arg("--version"),
+        Command::new(bins.containerd()).arg("--version"),
         Duration::from_secs(10),
     )
     .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     .unwrap_or_default();
-    println!("\ncontainer-start: {version}; {rounds} rounds, order rotated; each sample = `ctr run --rm {IMAGE} /bin/true`");
+    let where_ = if tmpfs {
+        "tmpfs (as /run on a node)"
+    } else {
+        "disk"
+    };
+    println!("\ncontainer-start: {version}; {rounds} rounds, order rotated; each sample = `ctr run --rm {IMAGE} /bin/true`; arbiter and containerd state on {where_}");
     println!(
         "{:<24} {:>9} {:>9} {:>9} {:>9}",
         "variant", "median", "p90", "min", "mean"
