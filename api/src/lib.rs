@@ -10,7 +10,7 @@ pub mod request;
 pub use config::{Config, ConfigError, FailMode, Placement, RuntimeConfig};
 pub use protocol::{
     AssignedDevice, DeviceStatus, ErrorCode, NodeStatus, Owner, Request, RequestEnvelope, Response,
-    ResponseEnvelope, SliceStatus, PROTOCOL_VERSION,
+    ResponseEnvelope, ShareStatus, SliceStatus, PROTOCOL_VERSION,
 };
 pub use quantity::{ByteSize, MemoryRequest, QuantityError};
 pub use request::{DeviceRef, DeviceSelector, Priority, RequestError, SliceRequest};

@@ -158,6 +158,27 @@ pub struct DeviceStatus {
     pub compute_guaranteed: u32,
     /// Ids of the slices placed here.
     pub slices: Vec<String>,
+    /// What the time-slice scheduler measured per slice on this device (empty when the arbiter
+    /// runs without a scheduler).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareStatus>,
+}
+
+/// Achieved compute share of one slice on one device, as the scheduler charged it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareStatus {
+    /// The slice id.
+    pub slice_id: String,
+    /// Device time charged over the last second / wall time, basis points (10000 = 100 %).
+    pub achieved_1s_bp: u32,
+    /// The same over the last 10 s.
+    pub achieved_10s_bp: u32,
+    /// Times the slice was granted the lease.
+    pub grants: u64,
+    /// Total ns its threads waited at the gate without the lease.
+    pub wait_ns: u64,
+    /// It holds the lease now.
+    pub holding: bool,
 }
 
 /// The reply to `status`.

@@ -133,6 +133,7 @@ fn responses_round_trip() {
                 memory_committed: 8 << 30,
                 compute_guaranteed: 30,
                 slices: vec!["a".into()],
+                shares: vec![],
             }],
             slices: vec![SliceStatus {
                 slice_id: "a".into(),

@@ -430,6 +430,7 @@ impl Admission {
                         .filter(|s| s.devices.iter().any(|a| a.uuid == d.uuid))
                         .map(|s| s.slice_id.clone())
                         .collect(),
+                    shares: Vec::new(),
                 }
             })
             .collect();

@@ -238,7 +238,13 @@ impl State {
                 self.admission = next;
                 Response::Bound { slice_id }
             }
-            Request::Status => Response::Status(self.admission.status()),
+            Request::Status => {
+                let mut status = self.admission.status();
+                if let Some(sched) = &self.sched {
+                    crate::sched::fill_shares(&mut status, &sched.status());
+                }
+                Response::Status(status)
+            }
         }
     }
 

@@ -2,7 +2,8 @@
 //! reply plus each slice's `usage` file (memory in use, live processes — read through the region
 //! crate's validated snapshot), and its rendering as a table per device or as JSON.
 //!
-//! Achieved shares come from the scheduler; until the `status` reply carries them they are
+//! Achieved shares come from the scheduler (the `shares` of each device in the `status` reply);
+//! where the arbiter runs without a scheduler they are
 //! `null` in JSON and `n/a` in the table — never an invented number.
 
 use std::fmt::Write as _;
@@ -95,14 +96,19 @@ impl StatusView {
                     continue;
                 };
                 let pids = m.as_ref().map(|(_, p)| p.clone());
+                let share = status
+                    .devices
+                    .iter()
+                    .find(|d| d.uuid == a.uuid)
+                    .and_then(|d| d.shares.iter().find(|x| x.slice_id == s.slice_id));
                 dev.slices.push(SliceRow {
                     slice_id: s.slice_id.clone(),
                     memory_cap: a.memory_cap,
                     memory_used: m.as_ref().and_then(|(u, _)| u.get(i).copied()),
                     compute_guaranteed: s.request.compute,
                     compute_limit: s.request.limit(),
-                    achieved_1s: None,
-                    achieved_10s: None,
+                    achieved_1s: share.map(|x| f64::from(x.achieved_1s_bp) / 100.0),
+                    achieved_10s: share.map(|x| f64::from(x.achieved_10s_bp) / 100.0),
                     priority: s.request.priority,
                     processes: pids,
                 });

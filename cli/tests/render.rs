@@ -216,3 +216,58 @@ fn byte_formatting() {
     assert_eq!(bytes(80 * GI), "80Gi");
     assert_eq!(bytes(1536), "1.5Ki");
 }
+
+#[test]
+fn achieved_shares_come_from_the_status_reply() {
+    use gpuslice_api::{
+        AssignedDevice, DeviceStatus, NodeStatus, Owner, ShareStatus, SliceRequest, SliceStatus,
+    };
+    let dev = |shares: Vec<ShareStatus>| DeviceStatus {
+        index: 0,
+        uuid: "GPU-aaaa".into(),
+        name: "NVIDIA H100 80GB HBM3".into(),
+        memory_total: 80 * GI,
+        memory_committed: 0,
+        compute_guaranteed: 30,
+        slices: vec!["train".into()],
+        shares,
+    };
+    let slice: SliceStatus = serde_json::from_value(serde_json::json!({
+        "slice_id": "train",
+        "request": serde_json::to_value(SliceRequest::default()).unwrap(),
+        "owner": serde_json::to_value(Owner::default()).unwrap(),
+        "devices": [serde_json::to_value(AssignedDevice {
+            index: 0,
+            uuid: "GPU-aaaa".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_cap: None,
+            memory_total: 80 * GI,
+        }).unwrap()],
+    }))
+    .unwrap();
+    let share = ShareStatus {
+        slice_id: "train".into(),
+        achieved_1s_bp: 2950,
+        achieved_10s_bp: 3004,
+        grants: 7,
+        wait_ns: 0,
+        holding: true,
+    };
+    let with = NodeStatus {
+        devices: vec![dev(vec![share])],
+        slices: vec![slice.clone()],
+    };
+    let view = StatusView::build(&with, std::path::Path::new("/nonexistent"));
+    let row = &view.devices[0].slices[0];
+    assert_eq!(
+        (row.achieved_1s, row.achieved_10s),
+        (Some(29.5), Some(30.04))
+    );
+    // Without a scheduler the reply has no shares: the columns say n/a, never a number.
+    let without = NodeStatus {
+        devices: vec![dev(vec![])],
+        slices: vec![slice],
+    };
+    let view = StatusView::build(&without, std::path::Path::new("/nonexistent"));
+    assert_eq!(view.devices[0].slices[0].achieved_1s, None);
+}

@@ -11,7 +11,7 @@ pub mod status;
 pub mod window;
 
 pub use policy::{Params, FULL};
-pub use status::{DeviceSched, SchedulerStatus, SliceShare};
+pub use status::{fill_shares, DeviceSched, SchedulerStatus, SliceShare};
 
 use device::{Cmd, Ctl};
 use gpuslice_api::{Priority, SliceRequest};

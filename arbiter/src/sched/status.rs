@@ -67,3 +67,26 @@ impl SchedulerStatus {
             .find(|s| s.slice_id == slice_id)
     }
 }
+
+/// Copies the scheduler's per-slice achieved shares into the node status the control socket
+/// returns (`gpuslice status`). Fractions become basis points, clamped to 0..=10000.
+pub fn fill_shares(node: &mut gpuslice_api::NodeStatus, sched: &SchedulerStatus) {
+    let bp = |f: f64| (f.clamp(0.0, 1.0) * 10_000.0).round() as u32;
+    for dev in &mut node.devices {
+        let Some(d) = sched.devices.iter().find(|d| d.index == dev.index) else {
+            continue;
+        };
+        dev.shares = d
+            .slices
+            .iter()
+            .map(|s| gpuslice_api::ShareStatus {
+                slice_id: s.slice_id.clone(),
+                achieved_1s_bp: bp(s.achieved_1s),
+                achieved_10s_bp: bp(s.achieved_10s),
+                grants: s.grants,
+                wait_ns: s.wait_ns,
+                holding: s.holding,
+            })
+            .collect();
+    }
+}
