@@ -33,6 +33,9 @@ use std::time::{Duration, Instant};
 
 const GOAL_MS: f64 = 10.0;
 
+/// (name, runc binary of the shim, annotations)
+type Variant<'a> = (&'a str, &'a Path, &'a [(&'a str, &'a str)]);
+
 /// One `ctr run --rm … /bin/true`; returns its wall time in ms.
 fn once(
     ctd: &Containerd,
@@ -108,7 +111,7 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         },
     )?;
     ctd.import(&node.image.oci)?;
-    let variants: [(&str, &Path, &[(&str, &str)]); 3] = [
+    let variants: [Variant; 3] = [
         ("runc", &runc, &[]),
         ("gpuslice, no request", &rt, &[]),
         (
