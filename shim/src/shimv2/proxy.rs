@@ -94,6 +94,8 @@ struct Proxy {
     client: Client,
     upstream: String,
     service: String,
+    /// Task API version runc-v2 serves (2: containerd 1.x, 3: containerd 2.x).
+    version: i32,
     /// Container id → slice id, for containers admitted by this proxy.
     admitted: Mutex<HashMap<String, String>>,
 }
@@ -102,6 +104,16 @@ fn status_response(s: Status) -> Response {
     let mut r = Response::new();
     r.status = MessageField::some(s);
     r
+}
+
+/// containerd 1.x (Task API 2) uses an error status's message as a format string; its `%`
+/// must be doubled there to print as one. containerd 2.x prints it as is.
+pub fn status_message(msg: &str, version: i32) -> String {
+    if version < 3 {
+        msg.replace('%', "%%")
+    } else {
+        msg.to_string()
+    }
 }
 
 fn is_ok(r: &Response) -> bool {
@@ -157,7 +169,10 @@ impl Proxy {
             log(format_args!("create {}: refused: {msg}", c.id));
             status_response(get_status(
                 Code::FAILED_PRECONDITION,
-                format!("gpuslice: container \"{}\": {msg}", c.id),
+                status_message(
+                    &format!("gpuslice: container \"{}\": {msg}", c.id),
+                    self.version,
+                ),
             ))
         };
         let settings = match Settings::load(None, None) {
@@ -268,6 +283,7 @@ pub fn serve(ours: &str) -> Result<(), ProxyError> {
         client,
         upstream: upstream.clone(),
         service: format!("containerd.task.v{version}.Task"),
+        version,
         admitted: Mutex::new(HashMap::new()),
     });
     let serve_err = |why: String| ProxyError::Serve {
@@ -310,4 +326,35 @@ fn wait_upstream_gone(path: &str) {
     };
     let mut buf = [0u8; 256];
     while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_doubled_for_containerd_1() {
+        assert_eq!(status_message("or %)", 2), "or %%)");
+        assert_eq!(status_message("or %)", 3), "or %)");
+    }
+
+    #[test]
+    fn both_api_versions_served() {
+        use std::os::fd::IntoRawFd;
+        let (a, _b) = UnixStream::pair().unwrap();
+        let p = Arc::new(Proxy {
+            client: Client::new(a.into_raw_fd()).unwrap(),
+            upstream: String::new(),
+            service: String::new(),
+            version: 2,
+            admitted: Mutex::new(HashMap::new()),
+        });
+        let m = methods(&p);
+        assert_eq!(m.len(), 2 * METHODS.len());
+        for v in [2, 3] {
+            for name in ["Create", "Delete", "Wait", "Shutdown"] {
+                assert!(m.contains_key(&format!("/containerd.task.v{v}.Task/{name}")));
+            }
+        }
+    }
 }
