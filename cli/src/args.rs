@@ -50,12 +50,28 @@ pub enum Command {
 /// `gpuslice cdi …`.
 #[derive(Subcommand, Debug)]
 pub enum CdiCommand {
-    /// Write the CDI spec (not implemented yet, issue #6).
-    Generate {
-        /// Ignored.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<OsString>,
-    },
+    /// Write the CDI spec (kind gpuslice.io/gpu) for this node's GPUs.
+    Generate(CdiGenerateArgs),
+}
+
+/// `gpuslice cdi generate` options.
+#[derive(Args, Debug, Clone)]
+pub struct CdiGenerateArgs {
+    /// Where to write the spec (atomically).
+    #[arg(long, default_value = "/var/run/cdi/gpuslice.yaml")]
+    pub output: PathBuf,
+    /// yaml or json.
+    #[arg(long, default_value = "yaml", value_parser = ["yaml", "json"])]
+    pub format: String,
+    /// Root the driver's libraries (its etc/ld.so.cache) and binaries are found under.
+    #[arg(long, default_value = "/")]
+    pub driver_root: PathBuf,
+    /// Directory holding the NVIDIA device nodes.
+    #[arg(long, default_value = "/dev")]
+    pub dev_root: PathBuf,
+    /// Host file bound at /etc/ld.so.preload (written when missing); default: beside the interposer.
+    #[arg(long)]
+    pub preload_file: Option<PathBuf>,
 }
 
 /// What a slice asks for, as options (same syntax as the `gpuslice.io/*` annotations).

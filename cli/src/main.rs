@@ -2,6 +2,8 @@
 //! watch), `update` (live resize), `configure` (engines) and `doctor` (node check);
 //! `cdi generate` is declared and says it is not built yet. Reference: `docs/cli.md`.
 
+mod cdi_generate;
+
 use std::path::PathBuf;
 use std::process::exit;
 
@@ -44,16 +46,14 @@ fn load(cli: &Cli) -> Result<(Config, PathBuf)> {
     Ok((config, state_dir))
 }
 
-fn not_implemented(what: &str) -> Result<i32> {
-    eprintln!("gpuslice {what}: not implemented yet (issue #6)");
-    Ok(EXIT_USAGE)
-}
-
 fn dispatch(cli: Cli) -> Result<i32> {
     match &cli.command {
         Command::Cdi {
-            command: CdiCommand::Generate { .. },
-        } => return not_implemented("cdi generate"),
+            command: CdiCommand::Generate(args),
+        } => {
+            let (config, state_dir) = load(&cli)?;
+            return cdi_generate::run(args, &config, cli.config.as_deref(), &state_dir);
+        }
         Command::Configure { engine } => return Ok(configure::run(engine)),
         Command::Doctor(args) => {
             if let Some(lib) = &args.dlopen_probe {
