@@ -5,9 +5,15 @@
 //!   (from `/proc/<pid>/cgroup`), so the arbiter can release the slice when the container is
 //!   gone even if `poststop` never runs.
 //! * `poststop`: releases the slice. A slice that is already gone is success (idempotent).
+//! * `--standalone create-runtime` / `prestart`: for CDI specs and `hooks.d` without the
+//!   runtime wrapper: reads the request from the bundle's `config.json`, admits, mounts the
+//!   slice into the container ([`standalone`], [`nsmount`]) and binds.
 //!
 //! Every arbiter call is bounded (`--timeout`, default 5 s); so is reading stdin. Reference:
 //! `docs/runtime.md`.
+
+mod nsmount;
+mod standalone;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -15,7 +21,7 @@ use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Parser, Subcommand};
 use gpuslice_api::ErrorCode;
 use gpuslice_shim::client::{BindResult, Client, ClientError};
@@ -44,6 +50,10 @@ struct Cli {
     /// Bound on reading stdin and on each arbiter call, seconds.
     #[arg(long, default_value_t = 5, global = true)]
     timeout: u64,
+    /// Standalone mode (CDI, hooks.d): `create-runtime` also reads the request, admits and
+    /// mounts the slice into the container.
+    #[arg(long, global = true)]
+    standalone: bool,
     /// procfs root (tests).
     #[arg(long, default_value = "/proc", hide = true, global = true)]
     proc_root: PathBuf,
@@ -51,20 +61,32 @@ struct Cli {
     stage: Stage,
 }
 
-#[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Subcommand, Debug, Clone, PartialEq, Eq)]
 enum Stage {
     /// createRuntime: bind the container's pid and cgroup to its slice.
     CreateRuntime,
     /// poststop: release the slice (a missing slice is success).
     Poststop,
-    /// prestart / standalone mode (CDI, hooks.d without the runtime wrapper): not built yet.
+    /// prestart: the same as `--standalone create-runtime` (hooks.d of engines whose hooks
+    /// stages stop at prestart).
     Prestart,
+    /// Internal: enter the mount namespace of `pid` and mount the slice (single-threaded child).
+    #[command(hide = true)]
+    MountSlice {
+        #[arg(long)]
+        pid: u32,
+        #[arg(long)]
+        rootfs: PathBuf,
+        #[arg(long)]
+        slice_dir: PathBuf,
+    },
 }
 
 /// The fields of the OCI state this hook uses.
 struct State {
     id: String,
     pid: Option<u32>,
+    bundle: Option<PathBuf>,
 }
 
 fn read_state(timeout: Duration) -> Result<State> {
@@ -93,7 +115,8 @@ fn read_state(timeout: Duration) -> Result<State> {
         .and_then(|x| x.as_u64())
         .and_then(|p| u32::try_from(p).ok())
         .filter(|p| *p > 0);
-    Ok(State { id, pid })
+    let bundle = standalone::bundle_of(&v);
+    Ok(State { id, pid, bundle })
 }
 
 /// The container's cgroup path from `/proc/<pid>/cgroup`: the v1 `memory` hierarchy, else
@@ -114,6 +137,21 @@ fn cgroup_of(proc_root: &Path, pid: u32) -> Option<String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any thread exists: setns(CLONE_NEWNS) refuses multi-threaded callers.
+    if let Stage::MountSlice {
+        pid,
+        rootfs,
+        slice_dir,
+    } = &cli.stage
+    {
+        return match nsmount::mount_slice(*pid, rootfs, slice_dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpuslice-hook: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -124,9 +162,6 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    if cli.stage == Stage::Prestart {
-        bail!("prestart / standalone mode is not built yet (use gpuslice-runtime); see docs/runtime.md");
-    }
     let timeout = Duration::from_secs(cli.timeout.max(1));
     let mut settings = Settings::load(cli.config.clone(), cli.state_dir.clone())?;
     settings.timeout = timeout;
@@ -136,6 +171,26 @@ fn run(cli: &Cli) -> Result<()> {
         .slice_id
         .clone()
         .unwrap_or_else(|| slice_id_for(&state.id));
+    let standalone_create =
+        cli.stage == Stage::Prestart || (cli.standalone && cli.stage == Stage::CreateRuntime);
+    if standalone_create {
+        let done = standalone::create(
+            &settings,
+            &state.id,
+            state.pid,
+            state.bundle.as_deref(),
+            &slice_id,
+            &cli.proc_root,
+        )
+        .with_context(|| format!("container {}", state.id))?;
+        if let standalone::Done::FailedOpen(why) = done {
+            eprintln!(
+                "gpuslice-hook: warning: {why}; fail = \"open\": container {} starts without a slice (the interposer enforces GPUSLICE_MEMORY alone)",
+                state.id
+            );
+        }
+        return Ok(());
+    }
     let mut client = Client::connect(&settings.state_dir, timeout)?;
     match cli.stage {
         Stage::CreateRuntime => {
@@ -164,7 +219,7 @@ fn run(cli: &Cli) -> Result<()> {
                 .map_err(|e| anyhow!("slice \"{slice_id}\": release: {e}"))?;
             Ok(())
         }
-        Stage::Prestart => Ok(()),
+        Stage::Prestart | Stage::MountSlice { .. } => Ok(()),
     }
 }
 
