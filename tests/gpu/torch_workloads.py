@@ -1,0 +1,172 @@
+"""PyTorch workloads for the real-GPU kit (run as subprocesses by kit.py, never imported by it).
+
+Each subcommand prints one line of `key=value` pairs (no spaces inside values), the same shape
+as `gpuslice-workload`, so the harness parses both the same way:
+
+  info                              torch.cuda.mem_get_info() and the device's total memory
+  fill   --chunk-mib N --hold-s S   allocate N MiB tensors until torch.OutOfMemoryError
+  matmul --n N --seconds S          bf16 N x N matmul loop, synchronize every --sync-every
+  launch --seconds S                a tiny elementwise op on a 1-element tensor: time per launch
+  infer  --rate R --seconds S       batch-1 MLP forward at a fixed rate: latency percentiles
+
+`--start-at T` (Unix time) makes a timed workload wait, after CUDA init and warm-up, until T,
+so processes started together measure the same window despite different import times.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+
+def wait_until(start_at):
+    if start_at:
+        delay = start_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+
+
+def oom_type(torch):
+    return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
+
+def cmd_info(torch, a):
+    free, total = torch.cuda.mem_get_info()
+    p = torch.cuda.get_device_properties(0)
+    name = p.name.replace(" ", "_")
+    print(f"name={name} meminfo_free={free} meminfo_total={total} props_total={p.total_memory} "
+          f"torch={torch.__version__} cuda={torch.version.cuda}", flush=True)
+
+
+def cmd_fill(torch, a):
+    oom = oom_type(torch)
+    chunk = a.chunk_mib << 20
+    held = []
+    refusal = "none"
+    detail = ""
+    try:
+        while True:
+            held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+            if len(held) > 100000:
+                break
+    except oom as e:
+        refusal = "OutOfMemoryError"
+        detail = str(e).split("\n")[0][:120]
+    except Exception as e:  # a CUDA error other than OOM is what the kit must report
+        refusal = type(e).__name__
+        detail = str(e).split("\n")[0][:120]
+    free, total = torch.cuda.mem_get_info()
+    print(f"allocations={len(held)} bytes={len(held) * chunk} refusal={refusal} "
+          f"free_after={free} total={total} reserved={torch.cuda.memory_reserved()} "
+          f"alloc_conf={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', 'default')}", flush=True)
+    if detail:
+        print(f"# {detail}", file=sys.stderr)
+    time.sleep(a.hold_s)
+    del held
+    torch.cuda.synchronize()
+    return 0 if refusal == "OutOfMemoryError" else 1
+
+
+def cmd_matmul(torch, a):
+    x = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(a.n, a.n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        z = x @ y
+    torch.cuda.synchronize()
+    wait_until(a.start_at)
+    t0 = time.perf_counter()
+    iters = 0
+    while True:
+        for _ in range(a.sync_every):
+            z = x @ y
+        torch.cuda.synchronize()
+        iters += a.sync_every
+        el = time.perf_counter() - t0
+        if el >= a.seconds:
+            break
+    del z
+    tflops = 2 * a.n ** 3 * iters / el / 1e12
+    print(f"iters={iters} elapsed_s={el:.3f} iters_per_s={iters / el:.3f} tflops={tflops:.2f}",
+          flush=True)
+
+
+def cmd_launch(torch, a):
+    x = torch.zeros(1, device="cuda")
+    for _ in range(2000):
+        x.add_(1)
+    torch.cuda.synchronize()
+    wait_until(a.start_at)
+    n = 0
+    t0 = time.perf_counter()
+    while True:
+        for _ in range(1000):
+            x.add_(1)
+        torch.cuda.synchronize()
+        n += 1000
+        el = time.perf_counter() - t0
+        if el >= a.seconds:
+            break
+    print(f"launches={n} elapsed_s={el:.3f} us_per_launch={el / n * 1e6:.3f}", flush=True)
+
+
+def cmd_infer(torch, a):
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 4096), nn.GELU(),
+                          nn.Linear(4096, 1024)).to("cuda", torch.bfloat16).eval()
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for _ in range(20):
+            model(x)
+        torch.cuda.synchronize()
+        wait_until(a.start_at)
+        period = 1.0 / a.rate
+        lat = []
+        start = time.perf_counter()
+        nxt = start
+        while time.perf_counter() - start < a.seconds:
+            now = time.perf_counter()
+            if now < nxt:
+                time.sleep(nxt - now)
+            t = time.perf_counter()
+            model(x)
+            torch.cuda.synchronize()
+            lat.append((time.perf_counter() - t) * 1e3)
+            nxt += period
+    lat.sort()
+
+    def pct(p):
+        return lat[round((len(lat) - 1) * p)]
+
+    print(f"requests={len(lat)} p50_ms={pct(0.5):.3f} p99_ms={pct(0.99):.3f} "
+          f"max_ms={lat[-1]:.3f}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info")
+    f = sub.add_parser("fill")
+    f.add_argument("--chunk-mib", type=int, default=512)
+    f.add_argument("--hold-s", type=float, default=2.0)
+    for name in ("matmul", "launch", "infer"):
+        s = sub.add_parser(name)
+        s.add_argument("--seconds", type=float, default=5.0)
+        s.add_argument("--start-at", type=float, default=0.0)
+        if name == "matmul":
+            s.add_argument("--n", type=int, default=8192)
+            s.add_argument("--sync-every", type=int, default=10)
+        if name == "infer":
+            s.add_argument("--rate", type=float, default=50.0)
+    a = p.parse_args()
+    import torch  # only here: the harness itself never needs PyTorch
+
+    if not torch.cuda.is_available():
+        print("error=cuda_unavailable", flush=True)
+        return 3
+    fn = {"info": cmd_info, "fill": cmd_fill, "matmul": cmd_matmul, "launch": cmd_launch,
+          "infer": cmd_infer}[a.cmd]
+    return fn(torch, a) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
