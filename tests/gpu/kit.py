@@ -28,6 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SIM_DEVICES = "name=NVIDIA H200,mem=141Gi,sms=132,cc=9.0"
 GiB = 1 << 30
 MiB = 1 << 20
+# Concurrent tenants need a memory cap: an uncapped slice is admitted only onto a whole device.
+TENANT_MEM = "16Gi"
 
 GROUPS = []  # process-group ids this kit created (each child's pid, start_new_session)
 
@@ -92,7 +94,7 @@ class Kit:
         self.rows = []  # (section, measurement, value, expected, verdict)
         self.raw = {"mode": "dry-run (simulated GPU)" if self.dry else "real GPU", "steps": {}}
         self.arbiter = None
-        self.scale = 0.6 if self.dry else 1.0
+        self.scale = 1.0
 
     # ---- processes -------------------------------------------------------------------------
 
@@ -349,7 +351,7 @@ class Kit:
         lead = 0 if self.dry else 25  # torch import + CUDA init before the common start
         alone = self.raw.setdefault("alone_throughput", None)
         if alone is None:
-            rc, out, err = self.run(self.under([], self.workload(
+            rc, out, err = self.run(self.under(["--memory", TENANT_MEM], self.workload(
                 "matmul", seconds=secs, start_at=None)), secs + 90)
             alone = self.throughput(parse_kv(out))
             self.raw["alone_throughput"] = alone
@@ -361,7 +363,7 @@ class Kit:
             raise RuntimeError("no throughput alone; shares cannot be computed")
         for guar in ([30, 70], [20, 30, 50]):
             start_at = time.time() + lead
-            ps = [self.spawn(self.under(["--compute", str(g)], self.workload(
+            ps = [self.spawn(self.under(["--memory", TENANT_MEM, "--compute", str(g)], self.workload(
                 "matmul", seconds=secs, start_at=start_at))) for g in guar]
             utils, pm = [], {}
             time.sleep(lead + secs * 0.3)
@@ -448,10 +450,10 @@ class Kit:
             start_at = time.time() + lead
             tp = None
             if train:
-                tp = self.spawn(self.under([], self.workload(
+                tp = self.spawn(self.under(["--memory", TENANT_MEM], self.workload(
                     "matmul", seconds=secs + 1 + lead, start_at=start_at - 1)))
                 time.sleep(0.3)
-            ip = self.spawn(self.under(["--priority", prio], self.workload(
+            ip = self.spawn(self.under(["--memory", TENANT_MEM, "--priority", prio], self.workload(
                 "infer", seconds=secs, start_at=start_at)))
             rc, out, err = self.finish(ip, secs + lead + 90)
             if tp:
