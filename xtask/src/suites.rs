@@ -67,6 +67,13 @@ const SUITES: &[Suite] = &[
         run: dist_suite,
     },
     Suite {
+        name: "gpu-kit",
+        about: "the real-GPU validation kit (tests/gpu) in dry-run mode against the dist tree's \
+                simulator: memory caps, shares, overhead and latency sections all run",
+        needs_root: false,
+        run: gpu_kit,
+    },
+    Suite {
         name: "e2e",
         about:
             "real engines (runc; containerd 1.6, 1.7, 2.1; Docker 20.10, 26) running containers \
@@ -252,6 +259,15 @@ fn arbiter() -> Result<()> {
 fn workloads() -> Result<()> {
     build_sim()?;
     cargo_test(&["gpuslice-workloads"], &[])
+}
+
+fn gpu_kit() -> Result<()> {
+    let dist = dist::run()?;
+    exec(
+        Command::new("bash")
+            .arg(crate::shell::root().join("tests/gpu/test_dry_run.sh"))
+            .arg(&dist),
+    )
 }
 
 fn e2e() -> Result<()> {
