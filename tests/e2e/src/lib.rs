@@ -23,6 +23,7 @@ pub mod docker;
 pub mod gate;
 pub mod image;
 pub mod paths;
+pub mod podman;
 pub mod procs;
 pub mod proto;
 pub mod runc;
