@@ -8,6 +8,7 @@ pub mod inventory;
 pub mod metrics;
 pub mod nvml;
 pub mod placement;
+pub mod privileges;
 pub mod reclaim;
 pub mod sched;
 pub mod server;

@@ -56,6 +56,27 @@ fn run(cli: Cli) -> Result<()> {
         }
         config.state_dir = dir;
     }
+    // Before NVML or any thread: capabilities are per thread (docs/privileges.md).
+    let keep = gpuslice_arbiter::privileges::keep(
+        config.metrics.enabled.then_some(config.metrics.listen),
+    );
+    match gpuslice_api::privileges::restrict_to(&keep).context("dropping capabilities")? {
+        gpuslice_api::privileges::Restricted::NotRoot => {
+            tracing::debug!("not root: capabilities left as they are")
+        }
+        gpuslice_api::privileges::Restricted::Dropped { kept, missing } => {
+            tracing::debug!(
+                "capabilities kept: {}; no_new_privs set",
+                gpuslice_api::privileges::names(&kept)
+            );
+            if !missing.is_empty() {
+                tracing::warn!(
+                    "capabilities wanted but not held: {}",
+                    gpuslice_api::privileges::names(&missing)
+                );
+            }
+        }
+    }
     if let Some(lib) = std::env::var_os("GPUSLICE_NVML_LIBRARY") {
         config.nvml_library = Some(PathBuf::from(lib));
     }

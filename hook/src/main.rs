@@ -13,6 +13,7 @@
 //! `docs/runtime.md`.
 
 mod nsmount;
+mod privileges;
 mod standalone;
 
 use std::io::Read;
@@ -137,6 +138,13 @@ fn cgroup_of(proc_root: &Path, pid: u32) -> Option<String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any thread exists: capabilities are per thread (docs/privileges.md).
+    let standalone = (cli.standalone && cli.stage == Stage::CreateRuntime)
+        || matches!(cli.stage, Stage::Prestart | Stage::MountSlice { .. });
+    if let Err(e) = privileges::restrict(standalone) {
+        eprintln!("gpuslice-hook: {e:#}");
+        return ExitCode::FAILURE;
+    }
     // Before any thread exists: setns(CLONE_NEWNS) refuses multi-threaded callers.
     if let Stage::MountSlice {
         pid,

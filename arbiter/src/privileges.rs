@@ -1,0 +1,64 @@
+//! The capabilities `gpuslice-arbiter` keeps when started as root: none, plus
+//! `CAP_NET_BIND_SERVICE` only when metrics are configured on a port below 1024. Reasons per
+//! capability below and in `docs/privileges.md` (a test keeps the two in step).
+//!
+//! Why none of the others is needed (each checked by running the daemon without it):
+//! * files: the arbiter creates the state directory, slice directories, region files, records
+//!   and the socket itself, as uid 0, so owner permissions suffice (no `CAP_DAC_OVERRIDE`,
+//!   `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_CHOWN`: it never chowns).
+//! * reclaim: `/proc/<pid>/stat` and `/proc/<pid>/cgroup` are world-readable (the start time is
+//!   shown to every reader) and `pidfd_open` makes no permission check, so other users'
+//!   processes are watched without `CAP_SYS_PTRACE`. The arbiter signals no process (no
+//!   `CAP_KILL`).
+//! * futexes on shared region files, NVML queries through `/dev/nvidia*` (mode 0666), the
+//!   unix socket (peer credentials need no privilege) and a loopback TCP port ≥ 1024: none.
+
+use std::net::SocketAddr;
+
+use gpuslice_api::privileges::Capability;
+
+/// Always kept: nothing.
+pub const KEEP: &[Capability] = &[];
+
+/// Kept only when `[metrics] listen` names a port below 1024: binding it.
+pub const KEEP_LOW_METRICS_PORT: &[Capability] = &[Capability::CAP_NET_BIND_SERVICE];
+
+/// The list for this configuration (`metrics`: the listen address when metrics are enabled).
+pub fn keep(metrics: Option<SocketAddr>) -> Vec<Capability> {
+    let mut v = KEEP.to_vec();
+    if metrics.is_some_and(|a| a.port() != 0 && a.port() < 1024) {
+        v.extend_from_slice(KEEP_LOW_METRICS_PORT);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuslice_api::privileges::doc_table;
+
+    fn row(mode: &str) -> Vec<Capability> {
+        let doc = include_str!("../../docs/privileges.md");
+        doc_table(doc)
+            .into_iter()
+            .find(|(b, m, _)| b == "gpuslice-arbiter" && m == mode)
+            .unwrap_or_else(|| panic!("docs/privileges.md has no gpuslice-arbiter row {mode:?}"))
+            .2
+    }
+
+    #[test]
+    fn kept_sets_match_the_document() {
+        assert_eq!(row("daemon"), KEEP);
+        assert_eq!(row("daemon, metrics port < 1024"), KEEP_LOW_METRICS_PORT);
+    }
+
+    #[test]
+    fn low_metrics_port_adds_net_bind_service() {
+        assert_eq!(keep(None), KEEP);
+        assert_eq!(keep(Some("127.0.0.1:9464".parse().unwrap())), KEEP);
+        assert_eq!(
+            keep(Some("127.0.0.1:80".parse().unwrap())),
+            vec![Capability::CAP_NET_BIND_SERVICE]
+        );
+    }
+}
