@@ -8,8 +8,8 @@
 
 use std::collections::HashSet;
 
-pub use caps::Capability;
 use caps::CapSet;
+pub use caps::Capability;
 
 /// Why restricting failed.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +118,12 @@ pub fn restrict_to(keep: &[Capability]) -> Result<Restricted, PrivilegesError> {
 pub fn doc_table(markdown: &str) -> Vec<(String, String, Vec<Capability>)> {
     let mut out = Vec::new();
     for line in markdown.lines() {
-        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').map(str::trim).collect();
+        let cells: Vec<&str> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
         if cells.len() < 3 {
             continue;
         }

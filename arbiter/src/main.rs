@@ -57,9 +57,8 @@ fn run(cli: Cli) -> Result<()> {
         config.state_dir = dir;
     }
     // Before NVML or any thread: capabilities are per thread (docs/privileges.md).
-    let keep = gpuslice_arbiter::privileges::keep(
-        config.metrics.enabled.then_some(config.metrics.listen),
-    );
+    let keep =
+        gpuslice_arbiter::privileges::keep(config.metrics.enabled.then_some(config.metrics.listen));
     match gpuslice_api::privileges::restrict_to(&keep).context("dropping capabilities")? {
         gpuslice_api::privileges::Restricted::NotRoot => {
             tracing::debug!("not root: capabilities left as they are")

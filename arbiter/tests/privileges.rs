@@ -67,7 +67,12 @@ fn arbiter_as_root_keeps_no_capability_and_still_works() {
     let sock = dir.join("arbiter.sock");
     let d = Kill(
         Command::new(BIN)
-            .args(["--state-dir", dir.to_str().unwrap(), "--config", "/dev/null"])
+            .args([
+                "--state-dir",
+                dir.to_str().unwrap(),
+                "--config",
+                "/dev/null",
+            ])
             .env("GPUSLICE_NVML_LIBRARY", &lib)
             .env("GPUSLICE_SIM_STATE", dir.join("sim-state"))
             .stderr(Stdio::inherit())
