@@ -177,7 +177,8 @@ fn summarise(rows: &[(&str, Outcome, f64)], ci: bool) -> Result<()> {
 
 fn cargo_test(packages: &[&str], extra: &[&str]) -> Result<()> {
     let mut c = cargo();
-    c.arg("test");
+    // Run every test binary even when one fails, so one run reports every failure.
+    c.args(["test", "--no-fail-fast"]);
     for p in packages {
         c.args(["-p", p]);
     }
