@@ -17,8 +17,10 @@ use std::net::SocketAddr;
 
 use gpuslice_api::privileges::Capability;
 
-/// Always kept: nothing.
-pub const KEEP: &[Capability] = &[];
+/// Always kept: CAP_SYS_PTRACE — reclaim reads `/proc/<pid>/ns/pid` of tenant processes to
+/// tell whether their pids are in its own namespace (measured: without it, a SIGKILLed tenant's
+/// memory is never reclaimed; `cli/tests/e2e_sim.rs`).
+pub const KEEP: &[Capability] = &[Capability::CAP_SYS_PTRACE];
 
 /// Kept only when `[metrics] listen` names a port below 1024: binding it.
 pub const KEEP_LOW_METRICS_PORT: &[Capability] = &[Capability::CAP_NET_BIND_SERVICE];
@@ -58,7 +60,7 @@ mod tests {
         assert_eq!(keep(Some("127.0.0.1:9464".parse().unwrap())), KEEP);
         assert_eq!(
             keep(Some("127.0.0.1:80".parse().unwrap())),
-            vec![Capability::CAP_NET_BIND_SERVICE]
+            vec![Capability::CAP_SYS_PTRACE, Capability::CAP_NET_BIND_SERVICE]
         );
     }
 }
