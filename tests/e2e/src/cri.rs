@@ -12,7 +12,6 @@ use crate::proto::{self, Msg};
 use crate::sim::Bind;
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -345,7 +344,12 @@ pub fn read_log(path: &Path) -> Result<String> {
 /// `pinned_images.sandbox`). Containers of the suites always give their own command.
 pub fn import_cri_image(ctd: &Containerd, image: &TestImage, work: &Path) -> Result<()> {
     let oci = work.join("cri-image.oci.tar");
-    oci_archive_with_cmd(&image.layer, work, &oci, &["/bin/sleep", "86400"])?;
+    crate::image::oci_archive_with_cmd(
+        &image.layer,
+        &work.join("cri-oci"),
+        &oci,
+        &["/bin/sleep", "86400"],
+    )?;
     run_ok(
         ctr_ns(ctd, K8S_NS)
             .args(["images", "import", "--platform", "linux/amd64"])
@@ -360,71 +364,6 @@ pub fn ctr_ns(ctd: &Containerd, ns: &str) -> Command {
     let mut c = Command::new(ctd.bins.ctr());
     c.arg("--address").arg(&ctd.sock).arg("--namespace").arg(ns);
     c
-}
-
-fn sha256_file(p: &Path) -> Result<String> {
-    let out = run_ok(Command::new("sha256sum").arg(p), Duration::from_secs(60))?;
-    out.split_whitespace()
-        .next()
-        .map(str::to_string)
-        .context("sha256sum printed nothing")
-}
-
-fn blob(dir: &Path, bytes: &[u8]) -> Result<(String, usize)> {
-    let tmp = dir.join("tmp");
-    std::fs::write(&tmp, bytes)?;
-    let d = sha256_file(&tmp)?;
-    std::fs::rename(&tmp, dir.join(&d))?;
-    Ok((format!("sha256:{d}"), bytes.len()))
-}
-
-/// An OCI archive of `layer` named [`IMAGE`] whose config's `Cmd` is `cmd`.
-fn oci_archive_with_cmd(layer: &Path, work: &Path, out: &Path, cmd: &[&str]) -> Result<()> {
-    let dir = work.join("cri-oci");
-    let blobs = dir.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs)?;
-    let ld = sha256_file(layer)?;
-    let lsize = std::fs::metadata(layer)?.len();
-    std::fs::copy(layer, blobs.join(&ld))?;
-    let config = json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": { "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"], "Cmd": cmd, "WorkingDir": "/" },
-        "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{ld}")] }
-    });
-    let (cd, cs) = blob(&blobs, &serde_json::to_vec(&config)?)?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cs },
-        "layers": [{ "mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": format!("sha256:{ld}"), "size": lsize }]
-    });
-    let (md, ms) = blob(&blobs, &serde_json::to_vec(&manifest)?)?;
-    let index = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": md, "size": ms,
-            "platform": { "architecture": "amd64", "os": "linux" },
-            "annotations": {
-                "io.containerd.image.name": IMAGE,
-                "org.opencontainers.image.ref.name": "latest"
-            }
-        }]
-    });
-    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index)?)?;
-    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
-    run_ok(
-        Command::new("tar")
-            .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
-            .arg(&dir)
-            .arg("-cf")
-            .arg(out)
-            .args(["oci-layout", "index.json", "blobs"]),
-        Duration::from_secs(60),
-    )?;
-    Ok(())
 }
 
 /// The OCI bundle `config.json` of a task in containerd's state directory (runc v2 shim layout:
@@ -469,6 +408,7 @@ pub fn gpuslice_edits(spec: &serde_json::Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn percent_decoding() {

@@ -152,7 +152,11 @@ fn put_blob(blobs: &Path, bytes: &[u8]) -> Result<(String, u64)> {
 /// Build an OCI image archive (`oci-layout`, `index.json`, `blobs/sha256/…`) at `out` with the
 /// layer `layer`, named [`IMAGE`] through the index annotations containerd's import reads.
 pub fn oci_archive(layer: &Path, work: &Path, out: &Path) -> Result<()> {
-    let dir = work.join("oci");
+    oci_archive_with_cmd(layer, &work.join("oci"), out, &["/bin/sh"])
+}
+
+/// [`oci_archive`] with the image config's `Cmd` set to `cmd`, staged in `dir`.
+pub fn oci_archive_with_cmd(layer: &Path, dir: &Path, out: &Path, cmd: &[&str]) -> Result<()> {
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs)?;
     let ld = sha256(layer)?;
@@ -163,7 +167,7 @@ pub fn oci_archive(layer: &Path, work: &Path, out: &Path) -> Result<()> {
         "os": "linux",
         "config": {
             "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"],
-            "Cmd": ["/bin/sh"],
+            "Cmd": cmd,
             "WorkingDir": "/"
         },
         "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{ld}")] }
@@ -194,7 +198,7 @@ pub fn oci_archive(layer: &Path, work: &Path, out: &Path) -> Result<()> {
     run_ok(
         Command::new("tar")
             .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
-            .arg(&dir)
+            .arg(dir)
             .arg("-cf")
             .arg(out)
             .args(["oci-layout", "index.json", "blobs"]),
