@@ -42,7 +42,10 @@ fn library_path() -> PathBuf {
 pub fn cuda() -> &'static Cuda {
     static C: OnceLock<Cuda> = OnceLock::new();
     C.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("gpuslice-sim-exec-{}", std::process::id()));
+        // Under cargo's per-target scratch directory, so `cargo clean` removes it and /tmp does not
+        // collect one directory per test process.
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("gpuslice-sim-exec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         std::env::set_var("GPUSLICE_SIM_STATE", dir.join("state"));
         let path = library_path();
