@@ -12,7 +12,9 @@
 #      The suites are reached through a private apt configuration that reuses the host and path of
 #      this machine's own apt sources with another suite name; no host name is written here.
 #
-# Environment: GPUSLICE_E2E_PREFIX (install root), GPUSLICE_E2E_SKIP_NEWER=1 (distribution only).
+# Environment: GPUSLICE_E2E_PREFIX (install root), GPUSLICE_E2E_SKIP_NEWER=1 (distribution only),
+# GPUSLICE_E2E_ONLY="kubectl" (only the named private-prefix packages of step 2, no distribution
+# packages: the deploy suite needs sid's kubectl, unpacked into $PREFIX/kubectl-<version>).
 set -euo pipefail
 
 PREFIX=${GPUSLICE_E2E_PREFIX:-/opt/gpuslice-e2e}
@@ -28,6 +30,8 @@ start=$(date +%s)
 
 # ---------------------------------------------------------------- distribution packages
 DIST_PKGS=(runc containerd docker.io podman busybox-static)
+ONLY=${GPUSLICE_E2E_ONLY:-}
+[ -z "$ONLY" ] || DIST_PKGS=()
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
@@ -80,7 +84,17 @@ WANT=(
     "containerd trixie 1.7 containerd"
     "docker.io trixie 26 docker.io"
     "containerd sid 2. containerd"
+    "kubectl sid 1. kubectl"
 )
+if [ -n "$ONLY" ]; then
+    keep=()
+    for w in "${WANT[@]}"; do
+        read -r _ _ _ name <<<"$w"
+        case " $ONLY " in *" $name "*) keep+=("$w") ;; esac
+    done
+    [ ${#keep[@]} -gt 0 ] || die "GPUSLICE_E2E_ONLY=$ONLY names none of the private-prefix packages"
+    WANT=("${keep[@]}")
+fi
 
 # An engine is cached when a directory $PREFIX/<name>-<version prefix>* carries a .complete marker.
 cached() {
