@@ -1,0 +1,81 @@
+#!/bin/sh
+# gpuslice node installer: the DaemonSet's first init container ("install") runs it from the
+# gpuslice-install ConfigMap. Idempotent; every run after the first only checks.
+#
+#  1. copies the image's binaries and interposer to the node under $GPUSLICE_HOST_PREFIX
+#     (hostPath, default /opt/gpuslice: bin/ and lib/gpuslice/libgpuslice.so, so every binary
+#     finds the interposer at ../lib/gpuslice/libgpuslice.so beside itself);
+#  2. copies the node configuration (ConfigMap) to the node's /etc/gpuslice/config.toml;
+#  3. optionally links containerd-shim-gpuslice-v2 into a directory on containerd's PATH
+#     ($GPUSLICE_SHIM_LINK_DIR, the containerd-shim overlay);
+#  4. runs `gpuslice configure containerd` on the node's containerd config (hostPath
+#     /etc/containerd at the same path), with --runtime-path naming the installed runtime;
+#  5. restarts containerd only when its configuration changed ($GPUSLICE_RESTART=systemd:
+#     `systemctl restart` in the host's mount namespace through nsenter; none: print the step).
+# Running containers are not disturbed by a containerd restart (their shims keep running).
+set -eu
+
+PREFIX=${GPUSLICE_HOST_PREFIX:-/opt/gpuslice}
+IMAGE_ROOT=${GPUSLICE_IMAGE_ROOT:-}
+STYLE=${GPUSLICE_CONTAINERD_STYLE:-binary-name}
+CONF=${GPUSLICE_CONTAINERD_CONFIG:-/etc/containerd/config.toml}
+EXTRA=${GPUSLICE_CONFIGURE_ARGS:-}
+RESTART=${GPUSLICE_RESTART:-systemd}
+UNIT=${GPUSLICE_CONTAINERD_UNIT:-containerd}
+SHIM_LINK_DIR=${GPUSLICE_SHIM_LINK_DIR:-}
+CONFIG_SRC=${GPUSLICE_CONFIG_SOURCE:-/etc/gpuslice-config/config.toml}
+CONFIG_DST=${GPUSLICE_CONFIG_TARGET:-/etc/gpuslice/config.toml}
+
+log() { echo "gpuslice-install: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# put SRC DST MODE: replace DST atomically (a binary containerd is running is never written in
+# place; the old inode stays valid for whoever has it open).
+put() {
+    [ -f "$1" ] || die "$1 missing from the image"
+    if [ -f "$2" ] && cmp -s "$1" "$2"; then return 0; fi
+    cp "$1" "$2.gpuslice-new"
+    chmod "$3" "$2.gpuslice-new"
+    mv -f "$2.gpuslice-new" "$2"
+    log "installed $2"
+}
+
+case "$STYLE" in binary-name|shim) ;; *) die "GPUSLICE_CONTAINERD_STYLE=$STYLE (binary-name or shim)" ;; esac
+case "$RESTART" in systemd|none) ;; *) die "GPUSLICE_RESTART=$RESTART (systemd or none)" ;; esac
+
+# 1. binaries and interposer
+mkdir -p "$PREFIX/bin" "$PREFIX/lib/gpuslice"
+for b in gpuslice gpuslice-arbiter gpuslice-hook gpuslice-runtime containerd-shim-gpuslice-v2; do
+    put "$IMAGE_ROOT/usr/bin/$b" "$PREFIX/bin/$b" 0755
+done
+put "$IMAGE_ROOT/usr/lib/gpuslice/libgpuslice.so" "$PREFIX/lib/gpuslice/libgpuslice.so" 0644
+
+# 2. node configuration
+mkdir -p "$(dirname "$CONFIG_DST")"
+put "$CONFIG_SRC" "$CONFIG_DST" 0644
+
+# 3. the shim on containerd's PATH (shim style)
+if [ -n "$SHIM_LINK_DIR" ]; then
+    [ -d "$SHIM_LINK_DIR" ] || die "GPUSLICE_SHIM_LINK_DIR=$SHIM_LINK_DIR is not a directory"
+    ln -sfn "$PREFIX/bin/containerd-shim-gpuslice-v2" "$SHIM_LINK_DIR/containerd-shim-gpuslice-v2"
+    log "linked $SHIM_LINK_DIR/containerd-shim-gpuslice-v2 -> $PREFIX/bin/containerd-shim-gpuslice-v2"
+fi
+
+# 4. containerd
+snapshot() { cat "$CONF" "$(dirname "$CONF")/conf.d/gpuslice.toml" 2>/dev/null | cksum; }
+before=$(snapshot)
+# shellcheck disable=SC2086 # EXTRA is a list of options
+"$PREFIX/bin/gpuslice" configure containerd --file "$CONF" --style "$STYLE" \
+    --runtime-path "$PREFIX/bin/gpuslice-runtime" $EXTRA
+after=$(snapshot)
+
+# 5. restart when changed
+if [ "$before" = "$after" ]; then
+    log "containerd configuration unchanged: no restart"
+elif [ "$RESTART" = systemd ]; then
+    log "containerd configuration changed: systemctl restart $UNIT (host mount namespace)"
+    nsenter --target 1 --mount -- systemctl restart "$UNIT"
+else
+    log "containerd configuration changed; GPUSLICE_RESTART=none: restart $UNIT on the node yourself"
+fi
+log "done"
