@@ -175,7 +175,7 @@ impl Loop {
                     // slice in at once; this holder's overrun is charged when it reports.
                     self.check_drain(true);
                     if let Some(d) = self.revoke_start() {
-                        self.policy.revoked(d.start, false);
+                        self.policy.preempted(d.start);
                         self.free_since = Some(d.start);
                         self.draining = Some(d);
                     }
@@ -406,9 +406,10 @@ impl Loop {
             let now = futex::now_ns();
             match self.drain_over(&d, now) {
                 Some(timed_out) => {
-                    if let Some(i) = self.policy.index(&d.id) {
-                        self.policy.overrun(i, d.start, now, timed_out);
-                    }
+                    // A slice removed meanwhile is charged nothing, but the deferred holder's
+                    // charging still starts now.
+                    let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
+                    self.policy.overrun(i, d.start, now, timed_out);
                     return;
                 }
                 None if !wait => {
