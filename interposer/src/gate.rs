@@ -12,9 +12,10 @@
 //!   revoked it records an event on every stream the process launched on under that grant,
 //!   waits for them (so the slice's queued work is measured to its end) and removes the process
 //!   from `pending`, waking the arbiter, which charges the slice up to that moment.
-//! * Queue bound: while the arbiter sets `max_queue` (a high-priority slice shares the device),
-//!   each launch records an event and a launch waits for the event `max_queue` launches back,
-//!   so a revoke leaves at most that many kernels to run before the high-priority slice.
+//! * Queue bound: while the arbiter sets `max_queue` (the device is shared), each launch records
+//!   an event and a launch waits for the event `max_queue` launches back, so a revoke leaves at
+//!   most that many kernels to run. That wait comes *before* the lease check, so a revoke that
+//!   lands while a thread waits for its queue stops the launch.
 
 use crate::log::Level;
 use crate::state::gate;
@@ -87,25 +88,31 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<(), CUresult> {
     let Some(word) = g.slice.lease.word(e) else {
         return Ok(());
     };
+    // The queue bound may block for a kernel; it comes before the lease check so that a
+    // revoke during that wait is seen (otherwise the launch would slip into the next holder's
+    // lease, uncharged, after this slice's drain was reported).
+    let mq = g.slice.lease.max_queue(e);
+    if mq > 0 {
+        bound_queue(e, mq as usize);
+    }
     let mut w = word.load();
+    if !may_launch(w) {
+        w = wait_for_lease(g, e);
+    }
     if w & LEASE_UNGATED != 0 {
         return Ok(());
-    }
-    if w & LEASE_HELD == 0 {
-        w = wait_for_lease(g, e);
-        if w & LEASE_UNGATED != 0 {
-            return Ok(());
-        }
     }
     let s = stream as usize;
     if LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
         held_slow(g, e, w, s);
     }
-    let mq = g.slice.lease.max_queue(e);
-    if mq > 0 {
-        bound_queue(e, mq as usize);
-    }
     Ok(())
+}
+
+/// A lease word that lets a launch through.
+#[inline(always)]
+fn may_launch(w: u32) -> bool {
+    w & (LEASE_HELD | LEASE_UNGATED) != 0
 }
 
 /// Called after the real launch returned.
