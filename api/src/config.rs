@@ -116,6 +116,72 @@ impl Default for MetricsConfig {
     }
 }
 
+/// What the backstop does to a slice it caught (`[backstop]`, `docs/threat-model.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackstopAction {
+    /// SIGKILL the offending processes.
+    Kill,
+    /// Freeze the slice's cgroup (cgroup v1 freezer or v2 `cgroup.freeze`); a slice without a
+    /// cgroup (a bare process) has its offending processes stopped with SIGSTOP instead.
+    Freeze,
+    /// Only log and count.
+    Log,
+}
+
+impl BackstopAction {
+    /// The config / metrics spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackstopAction::Kill => "kill",
+            BackstopAction::Freeze => "freeze",
+            BackstopAction::Log => "log",
+        }
+    }
+}
+
+/// Longest accepted backstop period: four checks per second keep containment within 1 s.
+pub const BACKSTOP_MAX_PERIOD: Duration = Duration::from_millis(250);
+/// Shortest accepted backstop period.
+pub const BACKSTOP_MIN_PERIOD: Duration = Duration::from_millis(10);
+
+/// `[backstop]`: the arbiter's check, independent of the interposer, of what NVML reports per
+/// process against each slice's memory cap and lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackstopConfig {
+    /// Run the check at all.
+    pub enabled: bool,
+    /// How often NVML is compared with the slices (10ms–250ms).
+    #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
+    pub period: Duration,
+    /// A slice whose processes hold more device memory than its cap plus one context reserve
+    /// per process.
+    pub memory_action: BackstopAction,
+    /// A slice whose processes ran kernels while it did not hold the lease.
+    pub lease_action: BackstopAction,
+    /// Device memory allowed per process beyond the slice's cap: the CUDA context, which the
+    /// interposer never sees as an allocation (hundreds of MiB on current GPUs).
+    pub context_allowance: ByteSize,
+    /// Device time per second a slice may run beyond what the scheduler charged it before it
+    /// counts as running without the lease (absorbs sampling and charging lag; 0–1s).
+    #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
+    pub lease_tolerance: Duration,
+}
+
+impl Default for BackstopConfig {
+    fn default() -> Self {
+        BackstopConfig {
+            enabled: true,
+            period: BACKSTOP_MAX_PERIOD,
+            memory_action: BackstopAction::Kill,
+            lease_action: BackstopAction::Log,
+            context_allowance: ByteSize(DEFAULT_CONTEXT_RESERVE),
+            lease_tolerance: Duration::from_millis(250),
+        }
+    }
+}
+
 /// `[runtime]`: what `gpuslice-runtime` and `gpuslice-hook` do around the low-level runtime
 /// (`docs/runtime.md`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +230,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The runtime wrapper and hook.
     pub runtime: RuntimeConfig,
+    /// The cooperation-free backstop (`docs/threat-model.md`).
+    pub backstop: BackstopConfig,
 }
 
 impl Default for Config {
@@ -177,6 +245,7 @@ impl Default for Config {
             scheduler: SchedulerConfig::default(),
             metrics: MetricsConfig::default(),
             runtime: RuntimeConfig::default(),
+            backstop: BackstopConfig::default(),
         }
     }
 }
@@ -276,6 +345,21 @@ impl Config {
                 "admission.processes_per_slice",
                 "0".into(),
                 "must be at least 1",
+            ));
+        }
+        let p = self.backstop.period;
+        if p < BACKSTOP_MIN_PERIOD || p > BACKSTOP_MAX_PERIOD {
+            return Err(invalid(
+                "backstop.period",
+                format!("{p:?}"),
+                "must be between 10ms and 250ms (containment within 1 s)",
+            ));
+        }
+        if self.backstop.lease_tolerance > Duration::from_secs(1) {
+            return Err(invalid(
+                "backstop.lease_tolerance",
+                format!("{:?}", self.backstop.lease_tolerance),
+                "must be at most 1s (it is device time per second)",
             ));
         }
         if !self.state_dir.is_absolute() {

@@ -9,10 +9,12 @@ pub mod protocol;
 pub mod quantity;
 pub mod request;
 
-pub use config::{Config, ConfigError, FailMode, Placement, RuntimeConfig};
+pub use config::{
+    BackstopAction, BackstopConfig, Config, ConfigError, FailMode, Placement, RuntimeConfig,
+};
 pub use protocol::{
-    AssignedDevice, DeviceStatus, ErrorCode, NodeStatus, Owner, Request, RequestEnvelope, Response,
-    ResponseEnvelope, ShareStatus, SliceStatus, PROTOCOL_VERSION,
+    AssignedDevice, BackstopEvent, DeviceStatus, ErrorCode, NodeStatus, Owner, Request,
+    RequestEnvelope, Response, ResponseEnvelope, ShareStatus, SliceStatus, PROTOCOL_VERSION,
 };
 pub use quantity::{ByteSize, MemoryRequest, QuantityError};
 pub use request::{DeviceRef, DeviceSelector, Priority, RequestError, SliceRequest};

@@ -181,6 +181,26 @@ pub struct ShareStatus {
     pub holding: bool,
 }
 
+/// One action of the arbiter's backstop (`docs/threat-model.md`): a slice caught holding more
+/// device memory than its cap, or running kernels without the lease, and what was done.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackstopEvent {
+    /// The slice.
+    pub slice_id: String,
+    /// NVML index of the device.
+    pub device: u32,
+    /// `memory` (over its cap) or `lease` (kernels without the lease).
+    pub kind: String,
+    /// `kill`, `freeze` or `log` (what was configured), or `failed` when it could not be done.
+    pub action: String,
+    /// Host pids acted on (or, for `log`, the offenders).
+    pub pids: Vec<u32>,
+    /// One line for people: `killed pid 4121 (memory 1.3 GiB > cap 1 GiB + reserve 512 MiB)`.
+    pub message: String,
+    /// When, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
 /// The reply to `status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStatus {
@@ -188,6 +208,9 @@ pub struct NodeStatus {
     pub devices: Vec<DeviceStatus>,
     /// Every admitted slice.
     pub slices: Vec<SliceStatus>,
+    /// Recent backstop actions (a few per slice, newest last); empty when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backstop: Vec<BackstopEvent>,
 }
 
 /// What kind of error a request met.

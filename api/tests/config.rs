@@ -115,3 +115,31 @@ fn durations() {
     assert!(parse_duration("5").is_err());
     assert!(parse_duration("ms").is_err());
 }
+
+#[test]
+fn backstop_defaults_and_bad_values() {
+    use gpuslice_api::BackstopAction;
+    let c = parse("").unwrap();
+    assert!(c.backstop.enabled);
+    assert_eq!(c.backstop.period, std::time::Duration::from_millis(250));
+    assert_eq!(c.backstop.memory_action, BackstopAction::Kill);
+    assert_eq!(c.backstop.lease_action, BackstopAction::Log);
+    let c = parse(
+        "[backstop]\nmemory_action = \"freeze\"\nlease_action = \"kill\"\nperiod = \"100ms\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.backstop.memory_action, BackstopAction::Freeze);
+    assert_eq!(c.backstop.lease_action, BackstopAction::Kill);
+    let e = parse("[backstop]\nperiod = \"1s\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("backstop.period") && e.contains("250ms"), "{e}");
+    let e = parse("[backstop]\nmemory_action = \"nuke\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("nuke"), "{e}");
+    let e = parse("[backstop]\nlease_tolerance = \"2s\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("backstop.lease_tolerance"), "{e}");
+}

@@ -141,6 +141,15 @@ fn responses_round_trip() {
                 owner: Owner::default(),
                 devices: vec![dev],
             }],
+            backstop: vec![gpuslice_api::BackstopEvent {
+                slice_id: "a".into(),
+                device: 0,
+                kind: "memory".into(),
+                action: "kill".into(),
+                pids: vec![4121],
+                message: "killed pid 4121".into(),
+                at_ms: 1,
+            }],
         }),
         Response::Error {
             code: ErrorCode::Refused,

@@ -437,6 +437,7 @@ impl Admission {
         NodeStatus {
             devices,
             slices: self.slices.values().cloned().collect(),
+            backstop: Vec::new(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! records ([`server`], [`store`], [`nvml`]). Time-slicing is not here yet (issue #4, `docs/scheduling.md`).
 
 pub mod admission;
+pub mod backstop;
 pub mod fit;
 pub mod inventory;
 pub mod metrics;

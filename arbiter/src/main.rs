@@ -57,8 +57,10 @@ fn run(cli: Cli) -> Result<()> {
         config.state_dir = dir;
     }
     // Before NVML or any thread: capabilities are per thread (docs/privileges.md).
-    let keep =
-        gpuslice_arbiter::privileges::keep(config.metrics.enabled.then_some(config.metrics.listen));
+    let keep = gpuslice_arbiter::privileges::keep_with_backstop(
+        config.metrics.enabled.then_some(config.metrics.listen),
+        &config.backstop,
+    );
     match gpuslice_api::privileges::restrict_to(&keep).context("dropping capabilities")? {
         gpuslice_api::privileges::Restricted::NotRoot => {
             tracing::debug!("not root: capabilities left as they are")
@@ -125,6 +127,22 @@ fn run(cli: Cli) -> Result<()> {
         gpuslice_arbiter::reclaim::ReclaimConfig::new(&config.state_dir),
     )
     .context("starting the reclaim loop")?;
+    if config.backstop.enabled {
+        match gpuslice_arbiter::backstop::spawn(
+            Arc::clone(&state),
+            config.backstop.clone(),
+            config.nvml_library.as_deref(),
+            &config.state_dir,
+        ) {
+            Ok(_) => tracing::info!(
+                "backstop every {:?}: memory over cap -> {}, kernels without the lease -> {}",
+                config.backstop.period,
+                config.backstop.memory_action.as_str(),
+                config.backstop.lease_action.as_str()
+            ),
+            Err(e) => tracing::error!("backstop disabled: {e}"),
+        }
+    }
     if config.metrics.enabled {
         let src = gpuslice_arbiter::metrics::Sources {
             state: Arc::clone(&state),

@@ -36,6 +36,8 @@ pub struct Counters {
     reclaimed_by_slice: Mutex<BTreeMap<String, u64>>,
     reclaimed: AtomicU64,
     released_by_reclaim: AtomicU64,
+    /// Backstop actions by (slice, kind, action).
+    backstop: Mutex<BTreeMap<(String, String, String), u64>>,
 }
 
 /// The process's counters.
@@ -80,6 +82,25 @@ impl Counters {
     /// Reclaim released a slice whose owner is gone.
     pub fn add_released_by_reclaim(&self) {
         self.released_by_reclaim.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The backstop acted (`action`: kill, freeze, log or failed) on `slice` for `kind`
+    /// (memory or lease).
+    pub fn add_backstop(&self, slice: &str, kind: &str, action: &str) {
+        *self
+            .backstop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((slice.to_string(), kind.to_string(), action.to_string()))
+            .or_default() += 1;
+    }
+
+    /// Backstop actions so far, by (slice, kind, action).
+    pub fn backstop(&self) -> BTreeMap<(String, String, String), u64> {
+        self.backstop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Refusals so far, by error code.
@@ -391,6 +412,32 @@ pub fn render(src: &Sources) -> String {
         "gpuslice_reclaim_released_slices",
         "Slices released because their owner process or cgroup was gone",
         released,
+    );
+    let bs_slice: Family<Labels, Counter> = Family::default();
+    let bs_node: Family<Labels, Counter> = Family::default();
+    for ((id, kind, action), n) in c.backstop() {
+        bs_node
+            .get_or_create(&labels(&[("kind", &kind), ("action", &action)]))
+            .inc_by(n);
+        if live.contains(id.as_str()) {
+            bs_slice
+                .get_or_create(&labels(&[
+                    ("slice", &id),
+                    ("kind", &kind),
+                    ("action", &action),
+                ]))
+                .inc_by(n);
+        }
+    }
+    reg.register(
+        "gpuslice_slice_backstop_actions",
+        "Backstop actions on the slice (kind: memory or lease; action: kill, freeze, log, failed)",
+        bs_slice,
+    );
+    reg.register(
+        "gpuslice_backstop_actions",
+        "Backstop actions on all slices, ever (kind: memory or lease; action: kill, freeze, log, failed)",
+        bs_node,
     );
     let n_slices: Gauge = Gauge::default();
     n_slices.set(slices.len() as i64);

@@ -8,8 +8,8 @@
 //!   `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_CHOWN`: it never chowns).
 //! * reclaim: `/proc/<pid>/stat` and `/proc/<pid>/cgroup` are world-readable (the start time is
 //!   shown to every reader) and `pidfd_open` makes no permission check, so other users'
-//!   processes are watched without `CAP_SYS_PTRACE`. The arbiter signals no process (no
-//!   `CAP_KILL`).
+//!   processes are watched without `CAP_SYS_PTRACE`. Only the backstop signals processes:
+//!   `CAP_KILL` is kept when it is configured to kill or freeze.
 //! * futexes on shared region files, NVML queries through `/dev/nvidia*` (mode 0666), the
 //!   unix socket (peer credentials need no privilege) and a loopback TCP port ≥ 1024: none.
 
@@ -25,11 +25,33 @@ pub const KEEP: &[Capability] = &[Capability::CAP_SYS_PTRACE];
 /// Kept only when `[metrics] listen` names a port below 1024: binding it.
 pub const KEEP_LOW_METRICS_PORT: &[Capability] = &[Capability::CAP_NET_BIND_SERVICE];
 
+/// Kept only when the backstop may signal tenants (`[backstop]` with a `kill` or `freeze`
+/// action): SIGKILL / SIGSTOP of processes of other uids (user-namespaced or non-root tenants).
+pub const KEEP_BACKSTOP_SIGNALS: &[Capability] = &[Capability::CAP_KILL];
+
 /// The list for this configuration (`metrics`: the listen address when metrics are enabled).
 pub fn keep(metrics: Option<SocketAddr>) -> Vec<Capability> {
     let mut v = KEEP.to_vec();
     if metrics.is_some_and(|a| a.port() != 0 && a.port() < 1024) {
         v.extend_from_slice(KEEP_LOW_METRICS_PORT);
+    }
+    v
+}
+
+/// [`keep`] plus [`KEEP_BACKSTOP_SIGNALS`] when `backstop` is enabled with an action that
+/// signals processes.
+pub fn keep_with_backstop(
+    metrics: Option<SocketAddr>,
+    backstop: &gpuslice_api::BackstopConfig,
+) -> Vec<Capability> {
+    use gpuslice_api::BackstopAction::{Freeze, Kill};
+    let mut v = keep(metrics);
+    if backstop.enabled
+        && [backstop.memory_action, backstop.lease_action]
+            .iter()
+            .any(|a| matches!(a, Kill | Freeze))
+    {
+        v.extend_from_slice(KEEP_BACKSTOP_SIGNALS);
     }
     v
 }
@@ -52,6 +74,24 @@ mod tests {
     fn kept_sets_match_the_document() {
         assert_eq!(row("daemon"), KEEP);
         assert_eq!(row("daemon, metrics port < 1024"), KEEP_LOW_METRICS_PORT);
+        assert_eq!(
+            row("daemon, backstop kill or freeze"),
+            KEEP_BACKSTOP_SIGNALS
+        );
+    }
+
+    #[test]
+    fn backstop_signals_add_kill() {
+        let mut b = gpuslice_api::BackstopConfig::default();
+        assert_eq!(
+            keep_with_backstop(None, &b),
+            vec![Capability::CAP_SYS_PTRACE, Capability::CAP_KILL]
+        );
+        b.memory_action = gpuslice_api::BackstopAction::Log;
+        assert_eq!(keep_with_backstop(None, &b), KEEP);
+        b.memory_action = gpuslice_api::BackstopAction::Freeze;
+        b.enabled = false;
+        assert_eq!(keep_with_backstop(None, &b), KEEP);
     }
 
     #[test]

@@ -243,6 +243,7 @@ impl State {
                 if let Some(sched) = &self.sched {
                     crate::sched::fill_shares(&mut status, &sched.status());
                 }
+                status.backstop = crate::backstop::recent(&status.slices);
                 Response::Status(status)
             }
         }

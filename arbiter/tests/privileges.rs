@@ -85,18 +85,20 @@ fn arbiter_as_root_keeps_no_capability_and_still_works() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let pid = d.0.id();
-    // CAP_SYS_PTRACE (bit 19) only: reclaim reads /proc/<pid>/ns/pid of tenant processes.
+    // CAP_SYS_PTRACE (bit 19): reclaim reads /proc/<pid>/ns/pid of tenant processes;
+    // CAP_KILL (bit 5): the backstop's default memory action is kill.
+    let kept = (1u64 << 19) | (1 << 5);
     for (set, want) in [
-        ("CapEff:", 1u64 << 19),
-        ("CapPrm:", 1 << 19),
-        ("CapBnd:", 1 << 19),
+        ("CapEff:", kept),
+        ("CapPrm:", kept),
+        ("CapBnd:", kept),
         ("CapInh:", 0),
         ("CapAmb:", 0),
     ] {
         assert_eq!(
             u64::from_str_radix(&status_field(pid, set), 16).unwrap(),
             want,
-            "{set} of the arbiter (docs/privileges.md: CAP_SYS_PTRACE kept)"
+            "{set} of the arbiter (docs/privileges.md: CAP_SYS_PTRACE and CAP_KILL kept)"
         );
     }
     assert_eq!(status_field(pid, "NoNewPrivs:"), "1");

@@ -256,6 +256,7 @@ fn achieved_shares_come_from_the_status_reply() {
     let with = NodeStatus {
         devices: vec![dev(vec![share])],
         slices: vec![slice.clone()],
+        backstop: Vec::new(),
     };
     let view = StatusView::build(&with, std::path::Path::new("/nonexistent"));
     let row = &view.devices[0].slices[0];
@@ -267,6 +268,7 @@ fn achieved_shares_come_from_the_status_reply() {
     let without = NodeStatus {
         devices: vec![dev(vec![])],
         slices: vec![slice],
+        backstop: Vec::new(),
     };
     let view = StatusView::build(&without, std::path::Path::new("/nonexistent"));
     assert_eq!(view.devices[0].slices[0].achieved_1s, None);

@@ -1,0 +1,795 @@
+//! The backstop: a check that needs no cooperation from the tenant. Every period (≤ 250 ms) it
+//! asks NVML which host processes use each device and how much memory and device time they
+//! take, maps each process to a slice from the **host's** view (the slice's cgroup, or descent
+//! from the slice's owner process, checked by pid and start time — never the tenant's own files
+//! or environment), and compares:
+//!
+//! * **memory**: the slice's processes together hold more than its cap plus
+//!   `context_allowance` per process → `memory_action` (default `kill`: SIGKILL the largest
+//!   offenders until the rest fit);
+//! * **lease**: over the last second the slice's processes ran more device time than the
+//!   scheduler charged it (lease time plus overrun) by more than `lease_tolerance` — they
+//!   launched kernels without holding the lease (the interposer's gate was bypassed) →
+//!   `lease_action` (default `log`).
+//!
+//! Each action is logged (tracing), counted (`gpuslice_backstop_actions_total` and per slice) and
+//! kept in a short per-slice history that `status` returns (`gpuslice status`). An episode is
+//! acted on once: a slice that stays over (a frozen one, or one only logged) is not acted on
+//! again until it has been back within bounds.
+//!
+//! The decision logic is [`Backstop::tick`] over two traits, [`GpuSource`] (NVML) and
+//! [`Host`] (`/proc`, signals, cgroup freezer), so it is tested without root or a GPU.
+//! Design and limits: `docs/threat-model.md`.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use gpuslice_api::{BackstopAction, BackstopConfig, BackstopEvent, SliceStatus};
+
+use crate::reclaim::{read_owner, OwnerIdentity};
+use crate::sched::SchedulerStatus;
+use crate::server::State;
+
+/// Events kept per slice for `status`.
+pub const EVENTS_PER_SLICE: usize = 8;
+/// Ticks of device-time history the lease check sums (with a 250 ms period: one second).
+const LEASE_TICKS: usize = 4;
+/// Deepest parent chain followed to find a slice's owner.
+const MAX_DEPTH: usize = 64;
+
+/// One process NVML lists on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuProcess {
+    /// Host pid.
+    pub pid: u32,
+    /// Device memory it holds, bytes (`None`: NVML cannot say).
+    pub used: Option<u64>,
+}
+
+/// What NVML says about the devices.
+pub trait GpuSource: Send {
+    /// The processes with a context or memory on device `index`.
+    fn processes(&mut self, index: u32) -> Result<Vec<GpuProcess>, String>;
+    /// Device time (ns) each process ran on `index` since the previous call for that device
+    /// (the first call only sets the starting point and may return nothing).
+    fn busy_since_last(&mut self, index: u32) -> Result<Vec<(u32, u64)>, String>;
+}
+
+/// A process as the host sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostProc {
+    /// Start time (clock ticks since boot, field 22 of `/proc/<pid>/stat`).
+    pub start: u64,
+    /// Parent pid.
+    pub ppid: u32,
+    /// Its cgroup paths, one per hierarchy line of `/proc/<pid>/cgroup`.
+    pub cgroups: Vec<String>,
+}
+
+/// The host: process identity and the actions.
+pub trait Host: Send {
+    /// `pid` now, or `None` when there is no such (live, non-zombie) process.
+    fn process(&self, pid: u32) -> Option<HostProc>;
+    /// SIGKILL (`pid`, `start`) — only if the process with that pid still has that start time.
+    fn kill(&mut self, pid: u32, start: u64) -> io::Result<()>;
+    /// SIGSTOP (`pid`, `start`), the same way (freeze of a slice without a cgroup).
+    fn stop(&mut self, pid: u32, start: u64) -> io::Result<()>;
+    /// Freezes the cgroup at `path` (relative to the cgroup mount).
+    fn freeze(&mut self, path: &str) -> io::Result<()>;
+}
+
+/// Who belongs to a slice, from the host's view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Membership {
+    cgroup: Option<String>,
+    owner: Option<(u32, Option<u64>)>,
+}
+
+impl Membership {
+    fn of(slice: &SliceStatus, id: Option<OwnerIdentity>) -> Membership {
+        let id = id.filter(|i| i.pid == slice.owner.pid && i.cgroup == slice.owner.cgroup);
+        Membership {
+            cgroup: slice
+                .owner
+                .cgroup
+                .clone()
+                .filter(|c| !c.trim_matches('/').is_empty()),
+            owner: slice.owner.pid.map(|p| (p, id.and_then(|i| i.start_time))),
+        }
+    }
+}
+
+fn under(path: &str, root: &str) -> bool {
+    let root = root.trim_end_matches('/');
+    path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
+}
+
+/// One violation found in a tick, before it is acted on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Violation {
+    slice: usize,
+    device: u32,
+    kind: &'static str,
+    /// (pid, start) of the processes to act on.
+    targets: Vec<(u32, u64)>,
+    detail: String,
+}
+
+/// The backstop's state.
+pub struct Backstop<G: GpuSource, H: Host> {
+    cfg: BackstopConfig,
+    gpu: G,
+    host: H,
+    /// Episodes in progress: (slice, device, kind) that were acted on and are still over.
+    open: HashSet<(String, u32, &'static str)>,
+    /// Per (slice, device): the scheduler's charged ns at the last tick, and the excess ring.
+    lease: HashMap<(String, u32), (u64, VecDeque<i64>)>,
+    /// Owner identities read from the slice directories (by slice id).
+    owners: HashMap<String, Option<OwnerIdentity>>,
+    state_dir: Option<PathBuf>,
+    first: HashSet<u32>,
+}
+
+fn gib(b: u64) -> String {
+    const MI: u64 = 1 << 20;
+    if b >= 1 << 30 {
+        let g = b as f64 / (1u64 << 30) as f64;
+        if (g - g.round()).abs() < 0.005 {
+            format!("{} GiB", g.round())
+        } else {
+            format!("{g:.2} GiB")
+        }
+    } else {
+        format!("{} MiB", b.div_ceil(MI))
+    }
+}
+
+impl<G: GpuSource, H: Host> Backstop<G, H> {
+    /// A backstop with `cfg` over `gpu` and `host`; `state_dir` is where owner identities
+    /// (`owner.json`, with the owner's start time) are read from (`None` in unit tests).
+    pub fn new(cfg: BackstopConfig, gpu: G, host: H, state_dir: Option<PathBuf>) -> Self {
+        Backstop {
+            cfg,
+            gpu,
+            host,
+            open: HashSet::new(),
+            lease: HashMap::new(),
+            owners: HashMap::new(),
+            state_dir,
+            first: HashSet::new(),
+        }
+    }
+
+    /// The host (tests inspect what was done).
+    pub fn host(&self) -> &H {
+        &self.host
+    }
+
+    /// The slice `pid` belongs to, from the host's view, and its start time.
+    fn slice_of(&self, pid: u32, members: &[Membership]) -> Option<(usize, u64)> {
+        let me = self.host.process(pid)?;
+        if let Some(i) = members.iter().position(|m| {
+            m.cgroup
+                .as_deref()
+                .is_some_and(|cg| me.cgroups.iter().any(|c| under(c, cg)))
+        }) {
+            return Some((i, me.start));
+        }
+        // Descent from an owner process (bare `gpuslice run` slices, or a container's init).
+        let (mut cur, mut info) = (pid, me.clone());
+        for _ in 0..MAX_DEPTH {
+            if let Some(i) = members.iter().position(|m| {
+                m.owner
+                    .is_some_and(|(p, s)| p == cur && s.is_none_or(|s| s == info.start))
+            }) {
+                return Some((i, me.start));
+            }
+            if info.ppid <= 1 || info.ppid == cur {
+                return None;
+            }
+            cur = info.ppid;
+            info = self.host.process(cur)?;
+        }
+        None
+    }
+
+    fn membership(&mut self, slices: &[SliceStatus]) -> Vec<Membership> {
+        let live: HashSet<&str> = slices.iter().map(|s| s.slice_id.as_str()).collect();
+        self.owners.retain(|k, _| live.contains(k.as_str()));
+        self.open.retain(|(s, _, _)| live.contains(s.as_str()));
+        self.lease.retain(|(s, _), _| live.contains(s.as_str()));
+        slices
+            .iter()
+            .map(|s| {
+                let cached = self.owners.get(&s.slice_id).cloned().flatten().filter(|i| {
+                    i.pid == s.owner.pid && i.cgroup == s.owner.cgroup && i.start_time.is_some()
+                });
+                let id = match (cached, &self.state_dir) {
+                    (Some(id), _) => Some(id),
+                    (None, Some(dir)) => {
+                        let id = read_owner(&dir.join(&s.slice_id));
+                        self.owners.insert(s.slice_id.clone(), id.clone());
+                        id
+                    }
+                    (None, None) => None,
+                };
+                Membership::of(s, id)
+            })
+            .collect()
+    }
+
+    /// One check of every device the slices use. `sched` is the scheduler's status (`None`: no
+    /// lease check). Returns the events of the actions taken.
+    pub fn tick(
+        &mut self,
+        slices: &[SliceStatus],
+        sched: Option<&SchedulerStatus>,
+    ) -> Vec<BackstopEvent> {
+        let members = self.membership(slices);
+        let mut devices: Vec<u32> = slices
+            .iter()
+            .flat_map(|s| s.devices.iter().map(|d| d.index))
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        let mut found = Vec::new();
+        let mut over: HashSet<(String, u32, &'static str)> = HashSet::new();
+        for dev in devices {
+            // Memory.
+            let procs = match self.gpu.processes(dev) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!("backstop: NVML processes of device {dev}: {e}");
+                    Vec::new()
+                }
+            };
+            let mut by_slice: BTreeMap<usize, Vec<(u32, u64, u64)>> = BTreeMap::new();
+            for p in &procs {
+                if let Some((i, start)) = self.slice_of(p.pid, &members) {
+                    by_slice
+                        .entry(i)
+                        .or_default()
+                        .push((p.pid, start, p.used.unwrap_or(0)));
+                }
+            }
+            for (&i, list) in &by_slice {
+                let s = &slices[i];
+                let Some(cap) = s
+                    .devices
+                    .iter()
+                    .find(|d| d.index == dev)
+                    .and_then(|d| d.memory_cap)
+                else {
+                    continue; // uncapped, or not this slice's device: nothing to compare with
+                };
+                let used: u64 = list.iter().map(|p| p.2).sum();
+                let allowance = self
+                    .cfg
+                    .context_allowance
+                    .0
+                    .saturating_mul(list.len() as u64);
+                let limit = cap.saturating_add(allowance);
+                if used <= limit {
+                    continue;
+                }
+                over.insert((s.slice_id.clone(), dev, "memory"));
+                // The largest first, until what is left fits.
+                let mut sorted = list.clone();
+                sorted.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+                let mut left = used;
+                let mut targets = Vec::new();
+                for (pid, start, u) in sorted {
+                    if left <= limit {
+                        break;
+                    }
+                    targets.push((pid, start));
+                    left = left.saturating_sub(u);
+                }
+                found.push(Violation {
+                    slice: i,
+                    device: dev,
+                    kind: "memory",
+                    targets,
+                    detail: format!(
+                        "memory {} > cap {} + context allowance {}",
+                        gib(used),
+                        gib(cap),
+                        gib(allowance)
+                    ),
+                });
+            }
+            // Lease.
+            let busy = match self.gpu.busy_since_last(dev) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::debug!("backstop: NVML utilisation of device {dev}: {e}");
+                    Vec::new()
+                }
+            };
+            let Some(sched) = sched else { continue };
+            let first = self.first.insert(dev);
+            let mut ran: BTreeMap<usize, (u64, Vec<(u32, u64)>)> = BTreeMap::new();
+            for (pid, ns) in busy {
+                if ns == 0 {
+                    continue;
+                }
+                if let Some((i, start)) = self.slice_of(pid, &members) {
+                    let e = ran.entry(i).or_default();
+                    e.0 += ns;
+                    e.1.push((pid, start));
+                }
+            }
+            for (i, s) in slices.iter().enumerate() {
+                if !s.devices.iter().any(|d| d.index == dev) {
+                    continue;
+                }
+                let Some(share) = sched.slice(dev, &s.slice_id) else {
+                    continue;
+                };
+                let key = (s.slice_id.clone(), dev);
+                let (ran_ns, pids) = ran.remove(&i).unwrap_or_default();
+                let entry = self
+                    .lease
+                    .entry(key)
+                    .or_insert_with(|| (share.charged_ns, VecDeque::new()));
+                let charged = share.charged_ns.saturating_sub(entry.0);
+                entry.0 = share.charged_ns;
+                if first {
+                    continue;
+                }
+                entry
+                    .1
+                    .push_back(ran_ns as i64 - i64::try_from(charged).unwrap_or(i64::MAX));
+                while entry.1.len() > LEASE_TICKS {
+                    entry.1.pop_front();
+                }
+                let excess: i64 = entry.1.iter().sum();
+                let tol = i64::try_from(self.cfg.lease_tolerance.as_nanos()).unwrap_or(i64::MAX);
+                if excess > tol && !pids.is_empty() {
+                    over.insert((s.slice_id.clone(), dev, "lease"));
+                    found.push(Violation {
+                        slice: i,
+                        device: dev,
+                        kind: "lease",
+                        targets: pids,
+                        detail: format!(
+                            "ran {} ms of device time beyond its lease over the last {} checks",
+                            excess / 1_000_000,
+                            entry.1.len()
+                        ),
+                    });
+                }
+            }
+        }
+        // Episodes that ended may be acted on again next time.
+        self.open.retain(|k| over.contains(k));
+        let mut events = Vec::new();
+        for v in found {
+            let s = &slices[v.slice];
+            let key = (s.slice_id.clone(), v.device, v.kind);
+            if self.open.contains(&key) {
+                continue;
+            }
+            let action = if v.kind == "memory" {
+                self.cfg.memory_action
+            } else {
+                self.cfg.lease_action
+            };
+            let ev = self.act(s, &members[v.slice], &v, action);
+            // Acted on once per episode: it stays open while the slice stays over (a killed
+            // process leaves NVML's list at once, so a kill ends it).
+            self.open.insert(key);
+            events.push(ev);
+        }
+        events
+    }
+
+    fn act(
+        &mut self,
+        s: &SliceStatus,
+        m: &Membership,
+        v: &Violation,
+        action: BackstopAction,
+    ) -> BackstopEvent {
+        let pids: Vec<u32> = v.targets.iter().map(|t| t.0).collect();
+        let list = pids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let what = if v.kind == "memory" {
+            "over its memory cap"
+        } else {
+            "ran kernels without the lease"
+        };
+        let mut failed = Vec::new();
+        let verb = match action {
+            BackstopAction::Log => "logged",
+            BackstopAction::Kill => {
+                for &(pid, start) in &v.targets {
+                    if let Err(e) = self.host.kill(pid, start) {
+                        failed.push(format!("kill {pid}: {e}"));
+                    }
+                }
+                "killed"
+            }
+            BackstopAction::Freeze => {
+                match &m.cgroup {
+                    Some(cg) => {
+                        if let Err(e) = self.host.freeze(cg) {
+                            failed.push(format!("freeze {cg}: {e}"));
+                        }
+                    }
+                    None => {
+                        for &(pid, start) in &v.targets {
+                            if let Err(e) = self.host.stop(pid, start) {
+                                failed.push(format!("stop {pid}: {e}"));
+                            }
+                        }
+                    }
+                }
+                "froze"
+            }
+        };
+        let whom = match (action, &m.cgroup) {
+            (BackstopAction::Freeze, Some(cg)) => format!("cgroup {cg} (pid {list})"),
+            _ if pids.len() == 1 => format!("pid {list}"),
+            _ => format!("pids {list}"),
+        };
+        let mut message = format!(
+            "{verb} {whom} on device {} ({}: {})",
+            v.device, what, v.detail
+        );
+        if !failed.is_empty() {
+            message.push_str(&format!("; failed: {}", failed.join("; ")));
+        }
+        let action_name = if failed.is_empty() {
+            action.as_str()
+        } else {
+            "failed"
+        };
+        tracing::warn!("backstop: slice {}: {message}", s.slice_id);
+        crate::metrics::counters().add_backstop(&s.slice_id, v.kind, action_name);
+        BackstopEvent {
+            slice_id: s.slice_id.clone(),
+            device: v.device,
+            kind: v.kind.to_string(),
+            action: action_name.to_string(),
+            pids,
+            message,
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        }
+    }
+}
+
+/// The recent events, per slice (for `status`).
+fn history() -> &'static Mutex<BTreeMap<String, VecDeque<BackstopEvent>>> {
+    static H: OnceLock<Mutex<BTreeMap<String, VecDeque<BackstopEvent>>>> = OnceLock::new();
+    H.get_or_init(Default::default)
+}
+
+/// Remembers `events` for `status` (at most [`EVENTS_PER_SLICE`] per slice).
+pub fn record(events: &[BackstopEvent]) {
+    let mut h = history().lock().unwrap_or_else(PoisonError::into_inner);
+    for e in events {
+        let q = h.entry(e.slice_id.clone()).or_default();
+        q.push_back(e.clone());
+        while q.len() > EVENTS_PER_SLICE {
+            q.pop_front();
+        }
+    }
+}
+
+/// The recent events of the slices in `live` (oldest first).
+pub fn recent(live: &[SliceStatus]) -> Vec<BackstopEvent> {
+    let mut h = history().lock().unwrap_or_else(PoisonError::into_inner);
+    let ids: HashSet<&str> = live.iter().map(|s| s.slice_id.as_str()).collect();
+    h.retain(|k, _| ids.contains(k.as_str()));
+    let mut out: Vec<BackstopEvent> = h.values().flatten().cloned().collect();
+    out.sort_by_key(|e| e.at_ms);
+    out
+}
+
+/// NVML through `nvml-wrapper`.
+pub struct NvmlSource {
+    nvml: nvml_wrapper::Nvml,
+    last_seen: HashMap<u32, u64>,
+}
+
+impl NvmlSource {
+    /// Initialises NVML from `library` (or the system's).
+    pub fn open(library: Option<&Path>) -> Result<NvmlSource, String> {
+        let nvml = match library {
+            Some(p) => nvml_wrapper::Nvml::builder().lib_path(p.as_os_str()).init(),
+            None => nvml_wrapper::Nvml::init(),
+        }
+        .map_err(|e| format!("cannot initialise NVML: {e}"))?;
+        Ok(NvmlSource {
+            nvml,
+            last_seen: HashMap::new(),
+        })
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl GpuSource for NvmlSource {
+    fn processes(&mut self, index: u32) -> Result<Vec<GpuProcess>, String> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let d = self
+            .nvml
+            .device_by_index(index)
+            .map_err(|e| e.to_string())?;
+        let list = d.running_compute_processes().map_err(|e| e.to_string())?;
+        Ok(list
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some(b),
+                    UsedGpuMemory::Unavailable => None,
+                },
+            })
+            .collect())
+    }
+
+    /// NVML's process samples since the last call. A sample's `sm_util` is the percentage of
+    /// the span since the previous call that the process ran (the simulator's exact figure; on
+    /// real devices several samples per process are averaged — an approximation).
+    fn busy_since_last(&mut self, index: u32) -> Result<Vec<(u32, u64)>, String> {
+        let now = now_us();
+        let Some(&since) = self.last_seen.get(&index) else {
+            self.last_seen.insert(index, now);
+            return Ok(Vec::new());
+        };
+        let d = self
+            .nvml
+            .device_by_index(index)
+            .map_err(|e| e.to_string())?;
+        let samples = match d.process_utilization_stats(since) {
+            Ok(s) => s,
+            Err(nvml_wrapper::error::NvmlError::NotFound) => Vec::new(),
+            Err(e) => return Err(e.to_string()),
+        };
+        let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(now);
+        let span_us = newest.saturating_sub(since);
+        self.last_seen.insert(index, newest.max(since));
+        let mut per: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for s in samples {
+            let e = per.entry(s.pid).or_default();
+            e.0 += u64::from(s.sm_util.min(100));
+            e.1 += 1;
+        }
+        Ok(per
+            .into_iter()
+            .map(|(pid, (sum, n))| (pid, sum * span_us * 1000 / (100 * n.max(1))))
+            .collect())
+    }
+}
+
+/// The real host: `/proc`, pidfds, the cgroup freezer.
+#[derive(Clone, Debug)]
+pub struct RealHost {
+    /// `/proc`.
+    pub proc_root: PathBuf,
+    /// The cgroup mount (`/sys/fs/cgroup`).
+    pub cgroup_root: PathBuf,
+}
+
+impl Default for RealHost {
+    fn default() -> Self {
+        RealHost {
+            proc_root: PathBuf::from("/proc"),
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+        }
+    }
+}
+
+/// Parses `/proc/<pid>/stat`: (state, ppid, start time).
+fn parse_stat(text: &[u8]) -> Option<(u8, u32, u64)> {
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(text.get(close + 2..)?).ok()?;
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // Fields after the command: 3 state, 4 ppid, … 22 starttime.
+    let state = *f.first()?.as_bytes().first()?;
+    let ppid = f.get(1)?.parse().ok()?;
+    let start = f.get(19)?.parse().ok()?;
+    Some((state, ppid, start))
+}
+
+impl RealHost {
+    fn signal(&self, pid: u32, start: u64, sig: i32) -> io::Result<()> {
+        let p = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+        // SAFETY: pidfd_open takes a pid and flags; no memory is passed.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = i32::try_from(fd).map_err(io::Error::other)?;
+        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The pidfd now pins the process; check it is the one judged (not a reused pid).
+        match self.process(pid) {
+            Some(h) if h.start == start => {}
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "process gone (or its pid reused) before the signal",
+                ))
+            }
+        }
+        // SAFETY: pidfd_send_signal with a live pidfd, a signal number, no siginfo, no flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                sig,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Host for RealHost {
+    fn process(&self, pid: u32) -> Option<HostProc> {
+        let dir = self.proc_root.join(pid.to_string());
+        let (state, ppid, start) = parse_stat(&fs::read(dir.join("stat")).ok()?)?;
+        if matches!(state, b'Z' | b'X' | b'x') {
+            return None;
+        }
+        let cg = fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
+        let cgroups = cg
+            .lines()
+            .filter_map(|l| l.splitn(3, ':').nth(2))
+            .map(str::to_string)
+            .collect();
+        Some(HostProc {
+            start,
+            ppid,
+            cgroups,
+        })
+    }
+
+    fn kill(&mut self, pid: u32, start: u64) -> io::Result<()> {
+        self.signal(pid, start, libc::SIGKILL)
+    }
+
+    fn stop(&mut self, pid: u32, start: u64) -> io::Result<()> {
+        self.signal(pid, start, libc::SIGSTOP)
+    }
+
+    fn freeze(&mut self, path: &str) -> io::Result<()> {
+        let rel = path.trim_start_matches('/');
+        if rel.split('/').any(|c| c == "..") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cgroup path {path} contains .."),
+            ));
+        }
+        let v1 = self.cgroup_root.join("freezer").join(rel);
+        if v1.join("freezer.state").exists() {
+            return fs::write(v1.join("freezer.state"), "FROZEN");
+        }
+        let v2 = self.cgroup_root.join(rel).join("cgroup.freeze");
+        if v2.exists() {
+            return fs::write(v2, "1");
+        }
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "no freezer for cgroup {path} under {}",
+                self.cgroup_root.display()
+            ),
+        ))
+    }
+}
+
+/// Starts the backstop loop on its own thread: every `cfg.period`, a tick over the admitted
+/// slices and the scheduler's status.
+pub fn spawn(
+    state: Arc<Mutex<State>>,
+    cfg: BackstopConfig,
+    nvml_library: Option<&Path>,
+    state_dir: &Path,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    let gpu = NvmlSource::open(nvml_library)?;
+    let period = cfg.period.max(Duration::from_millis(10));
+    let mut b = Backstop::new(cfg, gpu, RealHost::default(), Some(state_dir.to_path_buf()));
+    std::thread::Builder::new()
+        .name("backstop".into())
+        .spawn(move || loop {
+            let (slices, sched) = {
+                let st = state.lock().unwrap_or_else(PoisonError::into_inner);
+                let slices: Vec<SliceStatus> = st.admission().slices().cloned().collect();
+                (slices, st.scheduler().cloned())
+            };
+            let status = sched.map(|s| s.status());
+            let events = b.tick(&slices, status.as_ref());
+            record(&events);
+            std::thread::sleep(period);
+        })
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_spaces_and_parens_in_the_name() {
+        let s = b"42 (a) b) (c) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1 2";
+        assert_eq!(parse_stat(s), Some((b'S', 7, 987654)));
+        assert_eq!(parse_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn cgroup_prefix_is_per_component() {
+        assert!(under("/kubepods/pod1/abc", "/kubepods/pod1"));
+        assert!(under("/kubepods/pod1", "/kubepods/pod1/"));
+        assert!(!under("/kubepods/pod10", "/kubepods/pod1"));
+    }
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(gib(1 << 30), "1 GiB");
+        assert_eq!(gib((13 << 30) / 10), "1.30 GiB");
+        assert_eq!(gib(256 << 20), "256 MiB");
+    }
+
+    #[test]
+    fn freeze_refuses_dotdot_and_missing_cgroups() {
+        let dir = std::env::temp_dir().join(format!("gs-bs-fz-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("freezer/a")).unwrap();
+        fs::write(dir.join("freezer/a/freezer.state"), "THAWED").unwrap();
+        let mut h = RealHost {
+            proc_root: PathBuf::from("/proc"),
+            cgroup_root: dir.clone(),
+        };
+        assert_eq!(
+            h.freeze("/a/../../etc").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        let e = h.freeze("/nope").unwrap_err();
+        assert!(e.to_string().contains("no freezer for cgroup /nope"), "{e}");
+        h.freeze("/a").unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.join("freezer/a/freezer.state")).unwrap(),
+            "FROZEN"
+        );
+        fs::create_dir_all(dir.join("b")).unwrap();
+        fs::write(dir.join("b/cgroup.freeze"), "0").unwrap();
+        h.freeze("b").unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.join("b/cgroup.freeze")).unwrap(),
+            "1"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn signal_refuses_a_reused_pid() {
+        let mut h = RealHost::default();
+        let me = std::process::id();
+        let start = h.process(me).unwrap().start;
+        let e = h.kill(me, start + 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(h.kill(u32::MAX - 1, 0).is_err());
+    }
+}

@@ -1,0 +1,375 @@
+//! The backstop's decisions over a fake NVML and a fake host (no root, no GPU): who belongs to
+//! which slice (cgroup, descent from the owner with its start time), memory over cap plus the
+//! context allowance, largest offenders killed first, kill / freeze / stop / log, one action per
+//! episode, kernels run without the lease, failures reported as `failed`.
+
+use std::collections::HashMap;
+use std::io;
+use std::time::Duration;
+
+use gpuslice_api::{
+    AssignedDevice, BackstopAction, BackstopConfig, ByteSize, Owner, SliceRequest, SliceStatus,
+};
+use gpuslice_arbiter::backstop::{Backstop, GpuProcess, GpuSource, Host, HostProc};
+use gpuslice_arbiter::sched::{DeviceSched, SchedulerStatus, SliceShare};
+
+const MI: u64 = 1 << 20;
+
+#[derive(Default)]
+struct FakeGpu {
+    procs: HashMap<u32, Vec<GpuProcess>>,
+    busy: HashMap<u32, Vec<(u32, u64)>>,
+}
+
+impl GpuSource for FakeGpu {
+    fn processes(&mut self, index: u32) -> Result<Vec<GpuProcess>, String> {
+        Ok(self.procs.get(&index).cloned().unwrap_or_default())
+    }
+    fn busy_since_last(&mut self, index: u32) -> Result<Vec<(u32, u64)>, String> {
+        Ok(self.busy.get(&index).cloned().unwrap_or_default())
+    }
+}
+
+#[derive(Default)]
+struct FakeHost {
+    procs: HashMap<u32, HostProc>,
+    killed: Vec<(u32, u64)>,
+    stopped: Vec<(u32, u64)>,
+    frozen: Vec<String>,
+    fail: bool,
+}
+
+impl Host for FakeHost {
+    fn process(&self, pid: u32) -> Option<HostProc> {
+        self.procs.get(&pid).cloned()
+    }
+    fn kill(&mut self, pid: u32, start: u64) -> io::Result<()> {
+        if self.fail {
+            return Err(io::Error::from_raw_os_error(libc_eperm()));
+        }
+        self.killed.push((pid, start));
+        Ok(())
+    }
+    fn stop(&mut self, pid: u32, start: u64) -> io::Result<()> {
+        self.stopped.push((pid, start));
+        Ok(())
+    }
+    fn freeze(&mut self, path: &str) -> io::Result<()> {
+        self.frozen.push(path.to_string());
+        Ok(())
+    }
+}
+
+fn libc_eperm() -> i32 {
+    1
+}
+
+fn proc(start: u64, ppid: u32, cgroup: &str) -> HostProc {
+    HostProc {
+        start,
+        ppid,
+        cgroups: vec![format!("{cgroup}")],
+    }
+}
+
+fn slice(id: &str, cap_mi: Option<u64>, owner: Owner) -> SliceStatus {
+    SliceStatus {
+        slice_id: id.into(),
+        request: SliceRequest::default(),
+        owner,
+        devices: vec![AssignedDevice {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "sim".into(),
+            memory_total: 80 << 30,
+            memory_cap: cap_mi.map(|m| m * MI),
+        }],
+    }
+}
+
+fn cfg(memory: BackstopAction, lease: BackstopAction) -> BackstopConfig {
+    BackstopConfig {
+        memory_action: memory,
+        lease_action: lease,
+        context_allowance: ByteSize(300 * MI),
+        lease_tolerance: Duration::from_millis(100),
+        ..BackstopConfig::default()
+    }
+}
+
+fn used(pid: u32, mi: u64) -> GpuProcess {
+    GpuProcess {
+        pid,
+        used: Some(mi * MI),
+    }
+}
+
+/// Two slices: "box" is a container (cgroup /pods/box), "run" a bare process (owner pid 100).
+fn node() -> (FakeGpu, FakeHost, Vec<SliceStatus>) {
+    let mut host = FakeHost::default();
+    host.procs.insert(100, proc(5000, 1, "/user.slice"));
+    host.procs.insert(101, proc(5001, 100, "/user.slice")); // child of the run owner
+    host.procs.insert(102, proc(5002, 101, "/user.slice")); // grandchild
+    host.procs.insert(200, proc(6000, 1, "/pods/box"));
+    host.procs.insert(201, proc(6001, 200, "/pods/box/sub"));
+    host.procs.insert(300, proc(7000, 1, "/other")); // in no slice
+    let slices = vec![
+        slice(
+            "box",
+            Some(256),
+            Owner {
+                pid: Some(200),
+                cgroup: Some("/pods/box".into()),
+                ..Owner::default()
+            },
+        ),
+        slice(
+            "run",
+            Some(256),
+            Owner {
+                pid: Some(100),
+                ..Owner::default()
+            },
+        ),
+    ];
+    (FakeGpu::default(), host, slices)
+}
+
+#[test]
+fn a_bypassing_process_over_cap_is_killed_and_others_are_left_alone() {
+    let (mut gpu, host, slices) = node();
+    // 102 (in "run" by descent) holds 1 GiB + context: over 256 MiB + 300 MiB allowance.
+    // 201 (in "box" by cgroup) holds 500 MiB: within 256 + 300. 300 is in no slice.
+    gpu.procs
+        .insert(0, vec![used(102, 1324), used(201, 500), used(300, 4096)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    );
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].slice_id, "run");
+    assert_eq!(
+        (ev[0].kind.as_str(), ev[0].action.as_str()),
+        ("memory", "kill")
+    );
+    assert_eq!(ev[0].pids, vec![102]);
+    assert!(
+        ev[0].message.starts_with(
+            "killed pid 102 on device 0 (over its memory cap: memory 1.29 GiB > cap 256 MiB"
+        ),
+        "{}",
+        ev[0].message
+    );
+    assert_eq!(b.host().killed, vec![(102, 5002)]);
+    // The same episode is not acted on twice.
+    assert!(b.tick(&slices, None).is_empty());
+}
+
+#[test]
+fn the_largest_offenders_go_first_until_the_rest_fit() {
+    let (mut gpu, host, slices) = node();
+    // "box": 200 holds 400, 201 holds 700: 1100 > 256 + 2 × 300 = 856; killing 201 leaves 400.
+    gpu.procs.insert(0, vec![used(200, 400), used(201, 700)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    );
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].pids, vec![201]);
+    assert_eq!(b.host().killed, vec![(201, 6001)]);
+}
+
+#[test]
+fn freeze_uses_the_cgroup_or_stops_a_bare_process() {
+    let (mut gpu, host, slices) = node();
+    gpu.procs.insert(0, vec![used(201, 2048), used(101, 2048)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Freeze, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    );
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert!(ev.iter().all(|e| e.action == "freeze"));
+    assert_eq!(b.host().frozen, vec!["/pods/box".to_string()]);
+    assert_eq!(b.host().stopped, vec![(101, 5001)]);
+    assert!(b.host().killed.is_empty());
+    let boxed = ev.iter().find(|e| e.slice_id == "box").unwrap();
+    assert!(
+        boxed
+            .message
+            .starts_with("froze cgroup /pods/box (pid 201)"),
+        "{}",
+        boxed.message
+    );
+    // Still over (frozen processes keep their memory): no second action.
+    assert!(b.tick(&slices, None).is_empty());
+}
+
+#[test]
+fn log_only_logs_and_a_new_episode_is_reported_again() {
+    let (mut gpu, host, slices) = node();
+    gpu.procs.insert(0, vec![used(101, 2048)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Log, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    );
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].action, "log");
+    assert!(
+        ev[0].message.starts_with("logged pid 101"),
+        "{}",
+        ev[0].message
+    );
+    assert!(b.host().killed.is_empty() && b.host().stopped.is_empty());
+    assert!(b.tick(&slices, None).is_empty());
+}
+
+#[test]
+fn reused_owner_pid_and_uncapped_slices_are_not_judged() {
+    let (mut gpu, mut host, mut slices) = node();
+    // The owner identity says pid 100 started at 4999: the live pid 100 (5000) is another
+    // process, so its descendants are not the slice's.
+    let dir = std::env::temp_dir().join(format!("gs-bs-owner-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("run")).unwrap();
+    gpuslice_arbiter::reclaim::write_owner(
+        &dir.join("run"),
+        &gpuslice_arbiter::reclaim::OwnerIdentity {
+            pid: Some(100),
+            start_time: Some(4999),
+            cgroup: None,
+        },
+    )
+    .unwrap();
+    host.procs.insert(400, proc(8000, 1, "/pods/box")); // in box's cgroup
+    slices[0].devices[0].memory_cap = None; // box uncapped
+    gpu.procs.insert(0, vec![used(102, 4096), used(400, 4096)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        Some(dir.clone()),
+    );
+    assert!(b.tick(&slices, None).is_empty());
+    assert!(b.host().killed.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_kill_is_reported_as_failed() {
+    let (mut gpu, mut host, slices) = node();
+    host.fail = true;
+    gpu.procs.insert(0, vec![used(101, 2048)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    );
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].action, "failed");
+    assert!(
+        ev[0].message.contains("failed: kill 101"),
+        "{}",
+        ev[0].message
+    );
+}
+
+fn sched(charged: &[(&str, u64)]) -> SchedulerStatus {
+    SchedulerStatus {
+        devices: vec![DeviceSched {
+            index: 0,
+            slices: charged
+                .iter()
+                .map(|(id, ns)| SliceShare {
+                    slice_id: id.to_string(),
+                    charged_ns: *ns,
+                    ..SliceShare::default()
+                })
+                .collect(),
+            ..DeviceSched::default()
+        }],
+    }
+}
+
+#[test]
+fn kernels_without_the_lease_are_flagged_and_charged_time_is_not() {
+    let (mut gpu, host, slices) = node();
+    const MS: u64 = 1_000_000;
+    // Each tick (250 ms): "box" ran 120 ms and was charged 125 ms (it held the lease);
+    // "run" ran 120 ms and was charged nothing (it bypassed the gate).
+    gpu.busy.insert(0, vec![(201, 120 * MS), (101, 120 * MS)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    );
+    // First tick: baseline only.
+    assert!(b
+        .tick(&slices, Some(&sched(&[("box", 0), ("run", 0)])))
+        .is_empty());
+    // Second tick: run's excess is 120 ms > 100 ms tolerance.
+    let ev = b.tick(&slices, Some(&sched(&[("box", 125 * MS), ("run", 0)])));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].slice_id, "run");
+    assert_eq!(
+        (ev[0].kind.as_str(), ev[0].action.as_str()),
+        ("lease", "log")
+    );
+    assert_eq!(ev[0].pids, vec![101]);
+    assert!(
+        ev[0].message.contains("ran kernels without the lease"),
+        "{}",
+        ev[0].message
+    );
+    assert!(b.host().killed.is_empty(), "lease action is log");
+    // The episode continues: not reported again; box never is.
+    assert!(b
+        .tick(&slices, Some(&sched(&[("box", 250 * MS), ("run", 0)])))
+        .is_empty());
+}
+
+#[test]
+fn lease_action_kill_kills_the_launching_processes() {
+    let (mut gpu, host, slices) = node();
+    const MS: u64 = 1_000_000;
+    gpu.busy.insert(0, vec![(201, 200 * MS)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Log, BackstopAction::Kill),
+        gpu,
+        host,
+        None,
+    );
+    assert!(b.tick(&slices, Some(&sched(&[("box", 0)]))).is_empty());
+    let ev = b.tick(&slices, Some(&sched(&[("box", 50 * MS)])));
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(b.host().killed, vec![(201, 6001)]);
+}
+
+#[test]
+fn no_scheduler_means_no_lease_check() {
+    let (mut gpu, host, slices) = node();
+    gpu.busy.insert(0, vec![(101, 1_000_000_000)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Kill),
+        gpu,
+        host,
+        None,
+    );
+    for _ in 0..3 {
+        assert!(b.tick(&slices, None).is_empty());
+    }
+}
