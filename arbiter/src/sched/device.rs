@@ -409,6 +409,7 @@ impl Loop {
                     // A slice removed meanwhile is charged nothing, but the deferred holder's
                     // charging still starts now.
                     let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
+                    self.policy.record_drain(i, now.saturating_sub(d.start));
                     self.policy.overrun(i, d.start, now, timed_out);
                     return;
                 }
@@ -453,6 +454,9 @@ impl Loop {
             }
             self.wait_pending(&d, now);
         };
+        if let Some(h) = self.policy.holder() {
+            self.policy.record_drain(h, end.saturating_sub(d.start));
+        }
         self.policy.revoked(end, timed_out);
         self.free_since = Some(end);
     }
@@ -532,20 +536,14 @@ impl Loop {
             return;
         }
         self.last_publish = now;
-        let mut h = self.handoff_ns.clone();
-        h.sort_unstable();
-        let p99 = if h.is_empty() {
-            0
-        } else {
-            h[((h.len() - 1) as f64 * 0.99).round() as usize]
-        };
+        let handoff_p99 = p99(&self.handoff_ns);
         let holder = self.policy.holder();
         let pct = |bp: u32| f64::from(bp) / 10_000.0;
         let st = DeviceSched {
             index: self.index,
             quantum_ns: self.policy.quantum(),
             handoffs: self.policy.handoffs,
-            handoff_p99_ns: p99,
+            handoff_p99_ns: handoff_p99,
             slices: self
                 .policy
                 .slices()
@@ -562,6 +560,7 @@ impl Loop {
                     wait_ns: s.wait_ns,
                     charged_ns: s.charged_ns,
                     drain_timeouts: s.drain_timeouts,
+                    drain_p99_ns: p99(&s.drains),
                     holding: holder == Some(i),
                     busy: s.busy(),
                 })
@@ -573,6 +572,15 @@ impl Loop {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = st;
     }
+}
+
+/// 99th percentile of `v` (0 when empty).
+fn p99(v: &[u64]) -> u64 {
+    let mut h = v.to_vec();
+    h.sort_unstable();
+    h.get(((h.len().max(1) - 1) as f64 * 0.99).round() as usize)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// Body of a [`Watcher`]: the words stay mapped while it runs (the loop stops and joins it

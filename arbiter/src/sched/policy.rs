@@ -103,7 +103,13 @@ pub struct Acct {
     pub charged_ns: u64,
     /// Drains that timed out.
     pub drain_timeouts: u64,
+    /// The latest drain times (revoke → queued work reported complete), ns, at most
+    /// [`DRAIN_HISTORY`].
+    pub drains: Vec<u64>,
 }
+
+/// Drain times kept per slice for the status's percentile.
+pub const DRAIN_HISTORY: usize = 512;
 
 impl Acct {
     /// The slice had work (waiting, or launching while holding) at the last observation.
@@ -214,6 +220,7 @@ impl Policy {
             wait_ns: 0,
             charged_ns: 0,
             drain_timeouts: 0,
+            drains: Vec::new(),
         });
         self.slices.len() - 1
     }
@@ -485,6 +492,16 @@ impl Policy {
         self.charge(h.idx, h.charged_to, drained_at);
         if timed_out {
             self.slices[h.idx].drain_timeouts += 1;
+        }
+    }
+
+    /// Records that a drain of slice `i` took `ns` (revoke → completion reported).
+    pub fn record_drain(&mut self, i: usize, ns: u64) {
+        if let Some(s) = self.slices.get_mut(i) {
+            if s.drains.len() >= DRAIN_HISTORY {
+                s.drains.drain(..DRAIN_HISTORY / 2);
+            }
+            s.drains.push(ns);
         }
     }
 
@@ -949,6 +966,19 @@ mod tests {
         }
         let share = got[0] as f64 / now as f64;
         assert!((share - 0.3).abs() < 0.02, "{share}");
+    }
+
+    #[test]
+    fn drain_history_is_bounded_and_keeps_the_latest() {
+        let mut p = Policy::new(5 * MS);
+        let a = p.set_slice("a", g(10), 0);
+        for k in 0..(DRAIN_HISTORY as u64 * 3) {
+            p.record_drain(a, k);
+        }
+        p.record_drain(7, 1); // no such slice: ignored
+        let d = &p.slices()[a].drains;
+        assert!(d.len() <= DRAIN_HISTORY && d.len() >= DRAIN_HISTORY / 2);
+        assert_eq!(d.last(), Some(&(DRAIN_HISTORY as u64 * 3 - 1)));
     }
 
     #[test]

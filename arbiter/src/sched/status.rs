@@ -27,6 +27,11 @@ pub struct SliceShare {
     pub charged_ns: u64,
     /// Drains that did not report completion in time (charged the whole wait).
     pub drain_timeouts: u64,
+    /// 99th percentile of the slice's recent drains (revoke → its queued work reported
+    /// complete: the queue's remaining kernels plus the gate thread's and the arbiter's
+    /// wake-ups), ns.
+    #[serde(default)]
+    pub drain_p99_ns: u64,
     /// The slice holds the lease now.
     pub holding: bool,
     /// The slice had work (waiting or launching) at the last decision.
