@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's build, test, benchmark and demo entry points.
 //!
 //! - `dist` lays out `target/dist/` exactly as the design brief names it.
+//! - `package` builds the Debian package from that tree into `target/packages/`.
 //! - `test [SUITE…]` runs suites (all by default) and ends with one `suites: N passed, N failed` line;
 //!   `test --list` names them.
 //! - `bench NAME` runs a benchmark that prints ratios measured side by side in one run.
@@ -10,6 +11,7 @@ mod bench;
 mod bench_share;
 mod demo;
 mod dist;
+mod package;
 mod shell;
 mod simenv;
 mod suites;
@@ -31,6 +33,12 @@ struct Cli {
 enum Command {
     /// Build release binaries and lay out target/dist/ (usr/bin, usr/lib/gpuslice, sim/).
     Dist,
+    /// Build the Debian package gpuslice_<version>_<arch>.deb into <target>/packages/.
+    Package {
+        /// Use this dist tree instead of building one with `cargo xtask dist`.
+        #[arg(long)]
+        dist: Option<std::path::PathBuf>,
+    },
     /// Run test suites (all when none is named).
     Test {
         /// List the suites and what each covers, then exit.
@@ -68,6 +76,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Dist => dist::run().map(|_| ()),
+        Command::Package { dist } => package::run(dist.as_deref()).map(|_| ()),
         Command::Test { list, suites } => suites::run(list, &suites),
         Command::Bench { list, name, args } => bench::run(list, name.as_deref(), &args),
         Command::Demo { sim } => demo::run(sim),

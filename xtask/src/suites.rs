@@ -77,7 +77,8 @@ const SUITES: &[Suite] = &[
         name: "e2e",
         about:
             "real engines (runc; containerd 1.6, 1.7, 2.1; Docker 20.10, 26) running containers \
-                through gpuslice-runtime on the simulated GPU; error paths leave nothing behind. \
+                through gpuslice-runtime on the simulated GPU; error paths leave nothing behind; \
+                the .deb (cargo xtask package) installed on a clean debootstrap root. \
                 Installs the engines first (scripts/install-engines.sh)",
         needs_root: true,
         run: e2e,
@@ -274,8 +275,11 @@ fn gpu_kit() -> Result<()> {
 fn e2e() -> Result<()> {
     exec(Command::new("bash").arg(crate::shell::root().join("scripts/install-engines.sh")))?;
     let dist = dist::run()?;
+    // The package install test (tests/package_install.rs) installs this .deb on a clean root.
+    crate::package::build(&dist, &crate::package::out_dir())?;
     let mut c = cargo();
     c.env("GPUSLICE_DIST", &dist);
+    c.env("GPUSLICE_PACKAGES", crate::package::out_dir());
     c.args([
         "test",
         "-p",

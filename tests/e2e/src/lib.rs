@@ -14,6 +14,7 @@
 //! - [`suite`]: shared set-up and assertions of the suites
 //! - [`cri`], [`proto`]: a minimal CRI (gRPC) client for the Pod path
 //! - [`workload`]: running `gpuslice-workload` and reading its `key=value` output
+//! - [`package`]: the Debian package on a clean (debootstrap) root
 
 pub mod arbiter;
 pub mod containerd;
@@ -22,6 +23,7 @@ pub mod daemon;
 pub mod docker;
 pub mod gate;
 pub mod image;
+pub mod package;
 pub mod paths;
 pub mod podman;
 pub mod procs;
