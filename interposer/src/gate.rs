@@ -48,6 +48,8 @@ struct Entry {
     registered: AtomicU32,
     /// Grant last drained by the gate thread.
     drained: AtomicU32,
+    /// Grant for which this process last left `near` (down to its last kernel).
+    neared: AtomicU32,
     /// Gate thread running (reset in a forked child).
     thread: AtomicBool,
     /// (grant, stream, context) launched on.
@@ -62,6 +64,7 @@ struct Entry {
 const ENTRY: Entry = Entry {
     registered: AtomicU32::new(0),
     drained: AtomicU32::new(0),
+    neared: AtomicU32::new(0),
     thread: AtomicBool::new(false),
     streams: Mutex::new(Vec::new()),
     events: Mutex::new(VecDeque::new()),
@@ -138,6 +141,7 @@ fn held_slow(g: &crate::state::Gate, e: usize, w: u32, s: usize) {
     let ent = &ENTRIES[e];
     ensure_thread(e);
     if ent.registered.swap(grant, AcqRel) != grant {
+        add_pending(words.near, grant);
         add_pending(words.pending, grant);
     }
     let ctx = current_ctx();
@@ -253,6 +257,7 @@ extern "C" fn after_fork_child() {
         ent.thread.store(false, Relaxed);
         ent.registered.store(0, Relaxed);
         ent.drained.store(0, Relaxed);
+        ent.neared.store(0, Relaxed);
         if let Ok(mut v) = ent.streams.try_lock() {
             v.clear();
         }
@@ -275,6 +280,7 @@ extern "C" fn at_exit() {
             continue;
         }
         if let Some(words) = g.slice.usage.gate_words(e) {
+            leave_near(ent, &words, grant);
             remove_pending(words.pending, grant);
             futex_wake(words.pending.as_ptr().cast::<u32>());
         }
@@ -315,6 +321,16 @@ fn gate_thread(e: usize) {
         let grant = ent.registered.load(Acquire);
         if w & (LEASE_HELD | LEASE_UNGATED) == 0 && grant != 0 && ent.drained.load(Acquire) != grant
         {
+            // Early hand-off: once at most this process's last kernel is left, say so (the
+            // arbiter grants the next slice while it runs, hiding the wake-ups of a hand-off).
+            if let Some(ev) = second_newest_event(e) {
+                if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R) {
+                    // SAFETY: `ev` is a live queue-bound event of this process (events are
+                    // recycled only after launches, which wait while the lease is revoked).
+                    unsafe { sync(ev as CUevent) };
+                }
+            }
+            leave_near(ent, &words, grant);
             let mine: Vec<(u32, usize, usize)> = match ent.streams.lock() {
                 Ok(mut v) => {
                     let (take, keep) = v.drain(..).partition(|&(gr, _, _)| gr == grant);
@@ -334,6 +350,22 @@ fn gate_thread(e: usize) {
         }
         futex_wait(word.as_ptr(), w, Duration::from_secs(1));
     }
+}
+
+/// Leaves `near` for `grant` once per grant (the last kernel is running, or all is drained)
+/// and wakes the arbiter, which waits on the low half of `pending`.
+fn leave_near(ent: &Entry, words: &gpuslice_region::GateWords<'_>, grant: u32) {
+    if ent.neared.swap(grant, AcqRel) != grant {
+        remove_pending(words.near, grant);
+        futex_wake(words.pending.as_ptr().cast::<u32>());
+    }
+}
+
+/// The queue-bound event recorded after this process's second-newest launch on entry `e`:
+/// once it completes, at most the newest kernel is left.
+fn second_newest_event(e: usize) -> Option<usize> {
+    let q = ENTRIES[e].events.lock().ok()?;
+    q.len().checked_sub(2).and_then(|i| q.get(i).copied())
 }
 
 /// Waits for the work queued on `stream` (in context `ctx`) so far.

@@ -336,6 +336,8 @@ pub struct GateWords<'a> {
     pub seen: &'a AtomicU32,
     /// `(grant << 32) | processes` with undrained work.
     pub pending: &'a AtomicU64,
+    /// `(grant << 32) | processes` with more than their last kernel still queued.
+    pub near: &'a AtomicU64,
 }
 
 /// A copy of one device's scheduler words from `usage`, as the arbiter reads them. Hostile:
@@ -348,6 +350,8 @@ pub struct SchedSample {
     pub seen: u32,
     /// `(grant << 32) | processes` with undrained work.
     pub pending: u64,
+    /// `(grant << 32) | processes` with more than their last kernel still queued.
+    pub near: u64,
 }
 
 /// One live process as read (and clamped) from `usage`.
@@ -505,6 +509,7 @@ impl Usage {
             demand: &d.demand,
             seen: &d.seen,
             pending: &d.pending,
+            near: &d.near,
         })
     }
 
@@ -518,6 +523,7 @@ impl Usage {
                 demand: d.demand.load(Acquire),
                 seen: d.seen.load(Acquire),
                 pending: d.pending.load(Acquire),
+                near: d.near.load(Acquire),
             })
     }
 

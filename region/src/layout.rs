@@ -188,8 +188,14 @@ pub struct DeviceUsage {
     /// its first launch under a grant and removes itself once the work it queued under that
     /// grant has completed after a revoke. The low half is the arbiter's futex word.
     pub pending: AtomicU64,
+    /// Scheduler: `(grant << 32) | processes` that, after a revoke of `grant`, still have more
+    /// than their last kernel queued. Raised with `pending` when a process registers, lowered
+    /// once per process when at most one of its kernels is left (or when it is drained). At 0
+    /// the arbiter grants the next slice while that last kernel runs (an early hand-off); zero
+    /// for another grant (an older gate never writes it) means no early hand-off.
+    pub near: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 5],
+    pub reserved: [AtomicU64; 4],
 }
 
 /// `ProcRecord::state` low byte values.

@@ -167,7 +167,9 @@ impl Loop {
                     continue;
                 }
                 Decision::Revoke => {
-                    self.revoke_holder();
+                    // Hand on early only when someone waits to be granted.
+                    let others = self.policy.anyone_waiting_but_holder();
+                    self.revoke_holder_early(others && early_handoff());
                     continue;
                 }
                 Decision::Preempt => {
@@ -202,7 +204,7 @@ impl Loop {
             }
             let wake_at = match (&self.draining, wake_at) {
                 (Some(_), w) => {
-                    let p = futex::now_ns() + 500_000;
+                    let p = futex::now_ns() + 2_000_000;
                     Some(w.map_or(p, |w| w.min(p)))
                 }
                 (None, w) => w,
@@ -397,6 +399,18 @@ impl Loop {
         None
     }
 
+    /// Whether every process of drain `d`'s slice is down to its last kernel (or drained):
+    /// the gate lowered `near` to 0 under the same grant. An older gate never writes `near`
+    /// (another grant's tag or 0 there), and then the hand-off waits for the whole drain.
+    fn drain_near(&self, d: &Drain) -> bool {
+        let Some(i) = self.policy.index(&d.id) else {
+            return false;
+        };
+        let rt = &self.rt[i];
+        let n = rt.usage.sched_sample(rt.entry).near;
+        (n >> 32) as u32 == d.grant && n as u32 == 0
+    }
+
     /// Charges a finished background drain; with `wait`, waits for it (bounded) first.
     fn check_drain(&mut self, wait: bool) {
         let Some(d) = self.draining.take() else {
@@ -441,8 +455,11 @@ impl Loop {
     }
 
     /// Revokes the holder and waits (bounded) until its queued work is reported complete,
-    /// charging it up to that moment.
-    fn revoke_holder(&mut self) {
+    /// charging it up to that moment. With `early`, the wait ends as soon as every process of
+    /// the slice is down to its last kernel: the drain goes on in the background (charged to
+    /// the slice when it is reported, see [`Policy::preempted`]) while the next holder is
+    /// granted, so the wake-ups of a hand-off overlap that kernel instead of idling the device.
+    fn revoke_holder_early(&mut self, early: bool) {
         self.check_drain(true);
         let Some(d) = self.revoke_start() else {
             return;
@@ -452,6 +469,12 @@ impl Loop {
             if let Some(t) = self.drain_over(&d, now) {
                 break (now, t);
             }
+            if early && self.drain_near(&d) {
+                self.policy.preempted(d.start);
+                self.free_since = Some(now);
+                self.draining = Some(d);
+                return;
+            }
             self.wait_pending(&d, now);
         };
         if let Some(h) = self.policy.holder() {
@@ -459,6 +482,11 @@ impl Loop {
         }
         self.policy.revoked(end, timed_out);
         self.free_since = Some(end);
+    }
+
+    /// Revokes the holder and waits (bounded) for its whole drain.
+    fn revoke_holder(&mut self) {
+        self.revoke_holder_early(false);
     }
 
     fn stop_watchers(&mut self) {
@@ -513,6 +541,22 @@ impl Loop {
                     val,
                     private: false,
                 });
+            }
+        }
+        // A background drain's report wakes the loop at once (the next holder's charging
+        // starts then).
+        if let Some(d) = &self.draining {
+            if let Some(rt) = self.policy.index(&d.id).map(|i| &self.rt[i]) {
+                if let Some((_, pending)) = rt.usage.sched_futexes(rt.entry) {
+                    words.insert(
+                        1,
+                        WaitWord {
+                            addr: pending,
+                            val: rt.usage.sched_sample(rt.entry).pending as u32,
+                            private: false,
+                        },
+                    );
+                }
             }
         }
         // Slices beyond the first OWN_WORDS are watched by helper threads.
@@ -572,6 +616,13 @@ impl Loop {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = st;
     }
+}
+
+/// Early hand-offs are on unless `GPUSLICE_SCHED_EARLY_HANDOFF=0` (a benchmark switch, to
+/// measure what they gain; see `docs/scheduling.md`).
+fn early_handoff() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").map_or(true, |v| v != "0"))
 }
 
 /// 99th percentile of `v` (0 when empty).

@@ -178,6 +178,15 @@ impl Policy {
         self.slices.iter().position(|s| s.id == id)
     }
 
+    /// A slice other than the holder waited at the last observation.
+    pub fn anyone_waiting_but_holder(&self) -> bool {
+        let h = self.holder();
+        self.slices
+            .iter()
+            .enumerate()
+            .any(|(i, s)| Some(i) != h && s.obs.waiting)
+    }
+
     /// The holder's index.
     pub fn holder(&self) -> Option<usize> {
         self.holder.map(|h| h.idx)
