@@ -54,7 +54,7 @@ pub fn run(list: bool, name: Option<&str>, args: &[String]) -> Result<()> {
         bail!("benchmark {name:?} is not built yet (issue #{i})");
     }
     match name {
-        "share" => crate::bench_share::run(),
+        "share" => crate::bench_share::run(args),
         "interposer" => bench_interposer::run(),
         "container-start" => bench_container_start::run(args),
         _ => sim(),

@@ -12,10 +12,11 @@ use crate::config::MAX_DEVICES;
 /// `GPUSLSIM` in ASCII.
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
 /// Bumped whenever this layout changes.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 
-/// Process slots in the table.
-pub const MAX_SLOTS: usize = 256;
+/// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version
+/// 1 had 256). A real driver has no such table; the limit is the simulator's.
+pub const MAX_SLOTS: usize = 2048;
 /// Utilisation history buckets per device and per process-device.
 pub const BUCKETS: usize = 128;
 /// Width of one bucket (10 ms: 128 buckets cover 1.28 s).
