@@ -34,6 +34,9 @@ pub struct Gate {
     pub pools: Mutex<HashMap<usize, PoolCharge>>,
     /// Graph memory (allocation nodes, launches, frees): see `crate::graph`.
     pub graphs: Mutex<crate::graph::Graphs>,
+    /// Bytes this process has charged per slice entry, in its own memory: a process is never
+    /// let past the cap on its own, whatever the tenant-writable `usage` file says.
+    mine: [AtomicU64; layout::MAX_DEVICES],
 }
 
 /// What a memory pool is charged: its device and last seen reserved size.
@@ -68,6 +71,9 @@ fn init() -> Option<Gate> {
                 return Some(Gate::new(slice, None));
             }
             Err(e) => {
+                if let Some(g) = private_usage(&dir, &e) {
+                    return Some(g);
+                }
                 crate::log!(
                     Level::Error,
                     "slice directory {} is unusable ({e}); memory caps are NOT enforced",
@@ -84,6 +90,47 @@ fn init() -> Option<Gate> {
         );
     }
     standalone()
+}
+
+/// The slice's read-only `limits` and `lease` are valid but its tenant-writable `usage` is not
+/// (the tenant wrote over it): rather than run unenforced, this process (and the children it
+/// forks) is held to the slice's caps through a private usage region — anonymous in effect: its
+/// files are unlinked as soon as they are mapped.
+fn private_usage(dir: &std::path::Path, why: &gpuslice_region::RegionError) -> Option<Gate> {
+    let limits = gpuslice_region::Limits::open(dir).ok()?;
+    let lease = gpuslice_region::Lease::open(dir).ok()?;
+    let start = gpuslice_region::liveness::self_start_time()?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let tmp = PathBuf::from(format!(
+        "/dev/shm/gpuslice-{uid}-private-{}-{start}",
+        std::process::id()
+    ));
+    let spec = gpuslice_region::SliceSpec {
+        devices: limits.devices(),
+        flags: layout::LIMITS_FLAG_STANDALONE,
+    };
+    let usage = std::fs::create_dir(&tmp)
+        .ok()
+        .and_then(|()| gpuslice_region::create_slice(&tmp, &spec, true).ok())
+        .and_then(|_| gpuslice_region::Usage::open(&tmp, limits.device_count()).ok());
+    let _ = std::fs::remove_dir_all(&tmp);
+    let usage = usage?;
+    crate::log!(
+        Level::Error,
+        "slice directory {}: damaged usage file ({why}); this process is held to the slice's \
+         caps on its own",
+        dir.display()
+    );
+    Some(Gate::new(
+        Slice {
+            dir: dir.to_path_buf(),
+            limits,
+            lease,
+            usage,
+        },
+        None,
+    ))
 }
 
 fn standalone() -> Option<Gate> {
@@ -183,6 +230,7 @@ impl Gate {
             allocs: Mutex::new(HashMap::new()),
             pools: Mutex::new(HashMap::new()),
             graphs: Mutex::new(crate::graph::Graphs::default()),
+            mine: [const { AtomicU64::new(0) }; layout::MAX_DEVICES],
         }
     }
 
@@ -288,8 +336,21 @@ impl Gate {
             return Ok(()); // cannot account (logged once at claim): degrade to pass-through
         };
         let cap = self.cap(ordinal, entry);
+        let mine = self.mine.get(entry).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        // The process's own bound first: the shared total lives in a file the tenant can write.
+        let held = mine.load(Acquire);
+        if !matches!(held.checked_add(bytes), Some(n) if n <= cap) {
+            crate::log!(
+                Level::Debug,
+                "refused {bytes} B on device {ordinal}: this process alone holds {held} of {cap} B"
+            );
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
         match self.slice.usage.reserve(me, entry, bytes, cap) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                mine.fetch_add(bytes, AcqRel);
+                Ok(())
+            }
             Err(gpuslice_region::ReserveError::OverCap { used, cap }) => {
                 crate::log!(
                     Level::Debug,
@@ -309,6 +370,9 @@ impl Gate {
         let r = self.record.load(Acquire);
         if r != NO_RECORD && bytes > 0 {
             self.slice.usage.release(r, entry, bytes);
+            if let Some(m) = self.mine.get(entry) {
+                let _ = m.fetch_update(AcqRel, Acquire, |v| Some(v - v.min(bytes)));
+            }
         }
     }
 
@@ -338,6 +402,9 @@ extern "C" fn after_fork_child() {
         // The child is a new process: it registers its own record on first use. Allocations of
         // the parent are not usable in the child and stay charged to the parent.
         g.record.store(NO_RECORD, Relaxed);
+        for m in &g.mine {
+            m.store(0, Relaxed);
+        }
         if let Ok(mut m) = g.allocs.try_lock() {
             m.clear();
         }

@@ -478,6 +478,84 @@ fn slice_directory_caps_apply() {
     assert_eq!(field(&out, "TOTAL"), 32 * MIB);
 }
 
+/// A slice directory with one device capped at 32 MiB.
+fn capped_slice(e: &Env) -> std::path::PathBuf {
+    let dir = e.dir.join("slice");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = gpuslice_region::SliceSpec {
+        devices: vec![gpuslice_region::DeviceSpec {
+            memory_cap: 32 * MIB,
+            ..Default::default()
+        }],
+        flags: 0,
+    };
+    gpuslice_region::create_slice(&dir, &spec, false).unwrap();
+    dir
+}
+
+/// Reliability trial 1 (issue 7) found this: a tenant that wrote over its slice's writable
+/// `usage` header made every process started afterwards run with no cap at all. The cap lives in
+/// the read-only `limits`, so the process is now held to it through a private usage region.
+#[test]
+fn damaged_usage_file_still_caps_the_process() {
+    let e = setup("damaged");
+    let dir = capped_slice(&e);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("usage"))
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"NOTASLICE", 0).unwrap();
+    let d = dir.to_string_lossy().into_owned();
+    let (out, err) = e.run(
+        "fill",
+        true,
+        &[("H4_ARG", "dlsym"), ("GPUSLICE_SLICE_DIR", &d)],
+    );
+    assert_eq!(field(&out, "N"), 8, "{out}\n{err}");
+    assert_eq!(err.matches("damaged usage file").count(), 1, "{err}");
+    assert!(!err.contains("NOT enforced"), "{err}");
+}
+
+/// Reliability trial 1 (issue 7) found this: a tenant that keeps writing zeros over its slice's
+/// device totals ("nothing is in use") let one process allocate past the cap. Each process's own
+/// charges are now counted in its memory too, and never pass the cap.
+#[test]
+fn zeroed_usage_totals_cannot_lift_a_process_over_the_cap() {
+    let e = setup("zeroed");
+    let dir = capped_slice(&e);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("usage"))
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    // Device 0's total is the first word after the 64-byte header.
+    let zeroer = std::thread::spawn(move || {
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            std::os::unix::fs::FileExt::write_all_at(&f, &[0u8; 8], 64).unwrap();
+        }
+    });
+    let d = dir.to_string_lossy().into_owned();
+    // Several processes one after another (the window between two allocations is short).
+    let counts: Vec<u64> = (0..30)
+        .map(|_| {
+            let (out, _) = e.run(
+                "fill",
+                true,
+                &[("H4_ARG", "dlsym"), ("GPUSLICE_SLICE_DIR", &d)],
+            );
+            field(&out, "N")
+        })
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    zeroer.join().unwrap();
+    // 4 MiB chunks: exactly 8 fit under the cap, every time.
+    assert!(
+        counts.iter().all(|&n| n == 8),
+        "allocations per process: {counts:?}"
+    );
+}
+
 #[test]
 fn sigkilled_holders_are_reclaimed() {
     let e = setup("kill");
