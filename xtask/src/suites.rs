@@ -84,6 +84,15 @@ const SUITES: &[Suite] = &[
         run: e2e,
     },
     Suite {
+        name: "reliability",
+        about: "reliability trials on the simulated GPU: hostile bytes over a usage file, SIGKILL \
+                at random moments of alloc/free/launch loops, the arbiter SIGKILLed and restarted \
+                under load, read-only slice files and isolation in a runc container (as root). \
+                Counts scaled by GPUSLICE_TRIALS_SCALE (default here 0.1; 1 = the full trials)",
+        needs_root: false,
+        run: reliability,
+    },
+    Suite {
         name: "xtask",
         about: "xtask's own unit tests",
         needs_root: false,
@@ -287,6 +296,30 @@ fn e2e() -> Result<()> {
         "--no-fail-fast",
         "--",
         "--test-threads=1",
+    ]);
+    exec(&mut c)
+}
+
+fn reliability() -> Result<()> {
+    // The trials start the arbiter, the CLI, the interposer, the simulator and the workloads.
+    build_processes()?;
+    let mut c = cargo();
+    if std::env::var_os("GPUSLICE_TRIALS_SCALE").is_none() {
+        c.env("GPUSLICE_TRIALS_SCALE", "0.1");
+    }
+    // The isolation trial runs a container through gpuslice-runtime: engines and the dist tree.
+    if is_root() {
+        exec(Command::new("bash").arg(crate::shell::root().join("scripts/install-engines.sh")))?;
+        c.env("GPUSLICE_DIST", dist::run()?);
+    }
+    c.args([
+        "test",
+        "-p",
+        "gpuslice-reliability",
+        "--no-fail-fast",
+        "--",
+        "--test-threads=1",
+        "--nocapture",
     ]);
     exec(&mut c)
 }

@@ -1,0 +1,271 @@
+//! A simulated node for one trial: a scratch directory with the simulated driver's libraries, the
+//! simulator's state file, a state directory and a `gpuslice-arbiter` on it that the trial can
+//! SIGKILL and restart; the control protocol, `gpuslice status --json`, the slices' `usage`
+//! files and the simulator's ground truth.
+
+use anyhow::{bail, Context, Result};
+use gpuslice_region::{Limits, Usage};
+use gpuslice_sim_core::{Node as SimNode, SimConfig};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The simulated device: one 8 GiB GPU, no per-context memory (so usage sums are exact).
+pub const SIM_DEVICES: &str = "name=Trial GPU 8G,mem=8Gi,sms=16,cc=9.0";
+
+/// The target directory the trial's binaries were built into (`target/<profile>`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().expect("exe dir").to_path_buf();
+    // Integration tests live in target/<profile>/deps; binaries in target/<profile>.
+    if dir.ends_with("deps") {
+        dir.parent().expect("profile dir").to_path_buf()
+    } else {
+        dir
+    }
+}
+
+/// The arbiter and the simulated GPU of one trial.
+pub struct Node {
+    /// Scratch directory (removed on drop).
+    pub dir: PathBuf,
+    /// The arbiter's state directory.
+    pub state: PathBuf,
+    arbiter: Option<Child>,
+    sim: SimNode,
+}
+
+impl Node {
+    /// Starts a node; `tag` names its scratch directory.
+    pub fn start(tag: &str) -> Result<Node> {
+        let prof = profile_dir();
+        for f in [
+            "libcuda.so",
+            "libnvidia_ml.so",
+            "libgpuslice.so",
+            "gpuslice-workload",
+            "gpuslice-arbiter",
+            "gpuslice",
+            "gpuslice-trial-tenant",
+        ] {
+            if !prof.join(f).exists() {
+                bail!(
+                    "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
+                     -p gpuslice-interposer -p gpuslice-workloads -p gpuslice-arbiter \
+                     -p gpuslice-cli -p gpuslice-reliability (or cargo xtask test reliability)",
+                    prof.join(f).display()
+                );
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("gs-rel-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("lib"))?;
+        std::fs::create_dir_all(dir.join("state"))?;
+        std::os::unix::fs::symlink(prof.join("libcuda.so"), dir.join("lib/libcuda.so.1"))?;
+        std::os::unix::fs::symlink(
+            prof.join("libnvidia_ml.so"),
+            dir.join("lib/libnvidia-ml.so.1"),
+        )?;
+        std::fs::write(
+            dir.join("config.toml"),
+            format!(
+                "interposer = \"{}\"\n[metrics]\nenabled = false\n\
+                 [admission]\ncontext_reserve = \"16Mi\"\n",
+                prof.join("libgpuslice.so").display()
+            ),
+        )?;
+        let sim_state = dir.join("sim.state");
+        let sim = SimNode::open(
+            SimConfig::from_lookup(|k| match k {
+                "GPUSLICE_SIM_DEVICES" => Some(SIM_DEVICES.into()),
+                "GPUSLICE_SIM_STATE" => Some(sim_state.display().to_string()),
+                "GPUSLICE_SIM_CTX_OVERHEAD" => Some("0".into()),
+                _ => None,
+            })
+            .context("simulator configuration")?,
+        )
+        .context("opening the simulator's state")?;
+        let mut n = Node {
+            state: dir.join("state"),
+            dir,
+            arbiter: None,
+            sim,
+        };
+        n.start_arbiter()?;
+        Ok(n)
+    }
+
+    /// Environment of every process of the node (simulated driver, state dir, config).
+    pub fn env(&self, c: &mut Command) {
+        c.env("LD_LIBRARY_PATH", self.dir.join("lib"))
+            .env("GPUSLICE_SIM_STATE", self.dir.join("sim.state"))
+            .env("GPUSLICE_SIM_DEVICES", SIM_DEVICES)
+            .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env("GPUSLICE_STATE_DIR", &self.state)
+            .env("GPUSLICE_CONFIG", self.dir.join("config.toml"))
+            .env_remove("LD_PRELOAD")
+            .env_remove("GPUSLICE_SLICE_DIR")
+            .env_remove("GPUSLICE_MEMORY");
+    }
+
+    /// Spawns the arbiter (appending to `arbiter.log`) and waits until its socket answers.
+    pub fn start_arbiter(&mut self) -> Result<Duration> {
+        let t0 = Instant::now();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("arbiter.log"))?;
+        let mut c = Command::new(profile_dir().join("gpuslice-arbiter"));
+        c.env(
+            "GPUSLICE_NVML_LIBRARY",
+            self.dir.join("lib/libnvidia-ml.so.1"),
+        )
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+        self.env(&mut c);
+        self.arbiter = Some(c.spawn().context("starting gpuslice-arbiter")?);
+        while self.try_req("{\"version\":1,\"op\":\"status\"}").is_err() {
+            if t0.elapsed() > Duration::from_secs(30) {
+                bail!("arbiter did not answer in 30 s; log:\n{}", self.log());
+            }
+            if let Some(st) = self
+                .arbiter
+                .as_mut()
+                .and_then(|a| a.try_wait().ok().flatten())
+            {
+                bail!("arbiter exited ({st}); log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(t0.elapsed())
+    }
+
+    /// SIGKILLs the arbiter and reaps it.
+    pub fn kill_arbiter(&mut self) {
+        if let Some(mut a) = self.arbiter.take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+    }
+
+    /// The arbiter's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("arbiter.log")).unwrap_or_default()
+    }
+
+    /// One request line, one response line (no judgement of the response).
+    pub fn try_req(&self, line: &str) -> Result<serde_json::Value> {
+        let mut s = UnixStream::connect(self.state.join("arbiter.sock"))?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        writeln!(s, "{line}")?;
+        let mut out = String::new();
+        BufReader::new(s).read_line(&mut out)?;
+        serde_json::from_str(&out).with_context(|| format!("response {out:?}"))
+    }
+
+    /// A request that must succeed.
+    pub fn req(&self, body: &str) -> serde_json::Value {
+        let line = format!("{{\"version\":1,{body}}}");
+        let v = self
+            .try_req(&line)
+            .unwrap_or_else(|e| panic!("{line}: {e:#}"));
+        assert_ne!(v["result"], "error", "{line}: {v}");
+        v
+    }
+
+    /// Admits `id` with `request` (JSON members), owned by this test process (so the arbiter
+    /// judges its records' processes, as it does for `gpuslice run` slices). Returns its directory.
+    pub fn admit(&self, id: &str, request: &str) -> PathBuf {
+        self.req(&format!(
+            "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request}}},\
+             \"owner\":{{\"pid\":{}}}",
+            std::process::id()
+        ));
+        self.state.join(id)
+    }
+
+    /// The arbiter's `status` reply.
+    pub fn status(&self) -> serde_json::Value {
+        self.req("\"op\":\"status\"")
+    }
+
+    /// `gpuslice status --json` (the CLI: arbiter reply plus the slices' usage files).
+    pub fn cli_status(&self) -> Result<serde_json::Value> {
+        let mut c = Command::new(profile_dir().join("gpuslice"));
+        c.args(["status", "--json"]);
+        self.env(&mut c);
+        let o = c.output()?;
+        if !o.status.success() {
+            bail!("gpuslice status: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        Ok(serde_json::from_slice(&o.stdout)?)
+    }
+
+    /// Bytes slice `id` holds on its device 0, as its `usage` file says (clamped to the cap,
+    /// live processes only — what `gpuslice status` shows).
+    pub fn slice_used(&self, id: &str) -> u64 {
+        let dir = self.state.join(id);
+        let limits = Limits::open(&dir).expect("limits");
+        let usage = Usage::open_read_only(&dir, limits.device_count()).expect("usage");
+        usage.snapshot(&[limits.memory_cap(0)]).used[0]
+    }
+
+    /// The raw total word's bytes of slice `id` on device 0 (no clamping, no liveness filter).
+    pub fn slice_total_raw(&self, id: &str) -> u64 {
+        let dir = self.state.join(id);
+        let limits = Limits::open(&dir).expect("limits");
+        Usage::open_read_only(&dir, limits.device_count())
+            .expect("usage")
+            .used(0)
+    }
+
+    /// The simulator's ground truth: bytes in use on device 0 by live processes.
+    pub fn sim_used(&self) -> u64 {
+        self.sim.mem_used(0)
+    }
+
+    /// The simulator's ground truth per live process on device 0: (pid, bytes).
+    pub fn sim_processes(&self) -> Vec<(u32, u64)> {
+        self.sim
+            .processes(0)
+            .into_iter()
+            .map(|p| (p.pid, p.used_bytes))
+            .collect()
+    }
+
+    /// A command for `exe` running as a tenant of `slice` under the interposer.
+    pub fn tenant_command(&self, exe: &Path, slice: &Path) -> Command {
+        let mut c = Command::new(exe);
+        self.env(&mut c);
+        c.env("LD_PRELOAD", profile_dir().join("libgpuslice.so"))
+            .env("GPUSLICE_SLICE_DIR", slice);
+        c
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill_arbiter();
+        if std::env::var_os("GPUSLICE_TRIALS_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Polls `f` every 2 ms until it holds or `limit` passes; returns the time it took, or `None`.
+pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = Instant::now();
+    loop {
+        if f() {
+            return Some(t0.elapsed());
+        }
+        if t0.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
