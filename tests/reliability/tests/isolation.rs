@@ -26,10 +26,10 @@ fn script(state_dir: &str) -> String {
         r#"
 bb=/bin/busybox
 for f in limits lease; do
-  if echo hostile > /run/gpuslice/$f 2>/tmp/err; then echo "write_$f=accepted"; else echo "write_$f=refused $(cat /tmp/err)"; fi
+  if ( echo hostile > /run/gpuslice/$f ) 2>/tmp/err; then echo "write_$f=accepted"; else echo "write_$f=refused $(cat /tmp/err)"; fi
   if $bb dd if=/dev/zero of=/run/gpuslice/$f bs=64 count=1 conv=notrunc 2>/tmp/err; then echo "dd_$f=accepted"; else echo "dd_$f=refused $(cat /tmp/err)"; fi
 done
-if echo x > /run/gpuslice/new-file 2>/tmp/err; then echo "create=accepted"; else echo "create=refused $(cat /tmp/err)"; fi
+if ( echo x > /run/gpuslice/new-file ) 2>/tmp/err; then echo "create=accepted"; else echo "create=refused $(cat /tmp/err)"; fi
 if $bb mount -o remount,rw,bind /run/gpuslice 2>/tmp/err; then echo "remount=accepted"; else echo "remount=refused $(cat /tmp/err)"; fi
 if [ -w /run/gpuslice/usage ]; then echo "usage=writable"; else echo "usage=not-writable"; fi
 echo "listing=$(ls -a /run/gpuslice | $bb tr '\n' ' ')"
