@@ -28,7 +28,7 @@ const TESTED: &[Tested] = &[
     Tested {
         command: "apt-get install ./gpuslice_*.deb",
         test: "tests/e2e/tests/package_install.rs",
-        evidence: "\"apt-get\",\n                \"install\"",
+        evidence: "&[\"apt-get\", \"install\", \"-y\", &format!(\"/tmp/{deb_name}\")]",
     },
     Tested {
         // No systemd in the clean root: the unit's ExecStart line is run, and enabling is
@@ -171,43 +171,64 @@ fn sh_blocks_are_read_with_comments_and_continuations() {
     assert_eq!(sh_commands(md), ["foo --x", "bar --y"]);
 }
 
-#[test]
-fn every_install_md_command_is_exercised_by_a_test() {
-    let page = fs::read_to_string(root().join("docs/install.md")).unwrap();
-    let commands = sh_commands(&page);
-    assert!(commands.len() >= 15, "too few commands found: {commands:?}");
-    let untested: Vec<&String> = commands
-        .iter()
-        .filter(|c| !TESTED.iter().any(|t| t.command == c.as_str()))
-        .collect();
-    assert!(
-        untested.is_empty(),
-        "docs/install.md has commands no test exercises (add a test and an entry in \
-         xtask/src/package/install_doc.rs): {untested:#?}"
-    );
-    let stale: Vec<&str> = TESTED
-        .iter()
-        .map(|t| t.command)
-        .filter(|c| !commands.iter().any(|p| p == c))
-        .collect();
-    assert!(
-        stale.is_empty(),
-        "entries no longer on the page: {stale:#?}"
-    );
+/// Everything wrong between `page` (the text of docs/install.md) and [`TESTED`].
+fn problems(page: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let commands = sh_commands(page);
+    for c in &commands {
+        if !TESTED.iter().any(|t| t.command == c.as_str()) {
+            out.push(format!(
+                "untested command on the page (add a test and an entry in \
+                 xtask/src/package/install_doc.rs): {c}"
+            ));
+        }
+    }
     for t in TESTED {
-        let text = fs::read_to_string(root().join(t.test))
-            .unwrap_or_else(|e| panic!("{}: test file {}: {e}", t.command, t.test));
-        assert!(
-            text.contains(t.evidence),
-            "{}: {} no longer contains {:?}",
-            t.command,
-            t.test,
-            t.evidence
-        );
+        if !commands.iter().any(|c| c == t.command) {
+            out.push(format!("entry no longer on the page: {}", t.command));
+        }
+        match fs::read_to_string(root().join(t.test)) {
+            Ok(text) if text.contains(t.evidence) => {}
+            Ok(_) => out.push(format!(
+                "{}: {} no longer contains {:?}",
+                t.command, t.test, t.evidence
+            )),
+            Err(e) => out.push(format!("{}: test file {}: {e}", t.command, t.test)),
+        }
         for word in t.command.split_whitespace() {
-            if word.starts_with("packaging/") {
-                assert!(root().join(word).exists(), "{}: {word} missing", t.command);
+            if word.starts_with("packaging/") && !root().join(word).exists() {
+                out.push(format!("{}: {word} does not exist", t.command));
             }
         }
     }
+    out
+}
+
+#[test]
+fn every_install_md_command_is_exercised_by_a_test() {
+    let page = fs::read_to_string(root().join("docs/install.md")).unwrap();
+    assert!(sh_commands(&page).len() >= 15, "too few commands found");
+    let p = problems(&page);
+    assert!(
+        p.is_empty(),
+        "docs/install.md vs its tests:\n{}",
+        p.join("\n")
+    );
+}
+
+#[test]
+fn a_new_untested_command_or_a_dropped_one_is_caught() {
+    let page = fs::read_to_string(root().join("docs/install.md")).unwrap();
+    let added = page.replacen("```sh\n", "```sh\ngpuslice frobnicate --all\n", 1);
+    let p = problems(&added);
+    assert!(
+        p.len() == 1 && p[0].contains("untested command") && p[0].contains("frobnicate"),
+        "{p:?}"
+    );
+    let dropped = page.replace("apt-get purge gpuslice\n", "");
+    let p = problems(&dropped);
+    assert!(
+        p.len() == 1 && p[0].contains("no longer on the page: apt-get purge gpuslice"),
+        "{p:?}"
+    );
 }
