@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use gpuslice_api::{NodeStatus, Priority};
+use gpuslice_api::{BackstopEvent, NodeStatus, Priority};
 use gpuslice_region::{Limits, Usage};
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +34,9 @@ pub struct SliceRow {
     pub priority: Priority,
     /// Pids of live processes with a usage record (`None` = unknown).
     pub processes: Option<Vec<u32>>,
+    /// Recent actions of the arbiter's backstop on this slice and device (oldest first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backstop: Vec<BackstopEvent>,
 }
 
 /// One device.
@@ -111,6 +114,12 @@ impl StatusView {
                     achieved_10s: share.map(|x| f64::from(x.achieved_10s_bp) / 100.0),
                     priority: s.request.priority,
                     processes: pids,
+                    backstop: status
+                        .backstop
+                        .iter()
+                        .filter(|e| e.slice_id == s.slice_id && e.device == a.index)
+                        .cloned()
+                        .collect(),
                 });
             }
         }
@@ -179,6 +188,11 @@ impl StatusView {
                 }
                 out.push_str(line.trim_end());
                 out.push('\n');
+            }
+            for s in &d.slices {
+                for e in &s.backstop {
+                    let _ = writeln!(out, "  {}: backstop: {}", s.slice_id, e.message);
+                }
             }
         }
         out

@@ -144,6 +144,17 @@ fn fixed() -> StatusView {
                         achieved_10s: Some(30.04),
                         priority: Priority::Normal,
                         processes: Some(vec![41230, 41231]),
+                        backstop: vec![gpuslice_api::BackstopEvent {
+                            slice_id: "train".into(),
+                            device: 0,
+                            kind: "memory".into(),
+                            action: "kill".into(),
+                            pids: vec![41231],
+                            message: "killed pid 41231 on device 0 (over its memory cap: \
+                                      memory 9.30 GiB > cap 8 GiB + context allowance 1 GiB)"
+                                .into(),
+                            at_ms: 1,
+                        }],
                     },
                     SliceRow {
                         slice_id: "infer-1".into(),
@@ -155,6 +166,7 @@ fn fixed() -> StatusView {
                         achieved_10s: None,
                         priority: Priority::High,
                         processes: None,
+                        backstop: vec![],
                     },
                 ],
             },
@@ -178,6 +190,7 @@ GPU 0  NVIDIA H100 80GB HBM3  GPU-aaaa  memory 80Gi  committed 9.5Gi  guaranteed
   SLICE    MEM CAP  MEM USED  GUAR  LIMIT  ACH 1s  ACH 10s  PRIO    PROCS
   train    8Gi      1.5Gi     30%   60%    29.5%   30.0%    normal  2 (41230,41231)
   infer-1  none     n/a       -     100%   n/a     n/a      high    n/a
+  train: backstop: killed pid 41231 on device 0 (over its memory cap: memory 9.30 GiB > cap 8 GiB + context allowance 1 GiB)
 GPU 1  NVIDIA A100-SXM4-40GB  GPU-bbbb  memory 40Gi  committed 0B  guaranteed 0%
   (no slices)
 ";
@@ -200,8 +213,11 @@ fn json_shape() {
     assert_eq!(s["achieved_1s"], 29.5);
     assert_eq!(s["priority"], "normal");
     assert_eq!(s["processes"], serde_json::json!([41230, 41231]));
+    assert_eq!(s["backstop"][0]["action"], "kill");
+    assert_eq!(s["backstop"][0]["pids"], serde_json::json!([41231]));
     let s = &d0["slices"][1];
     assert!(s["memory_cap"].is_null() && s["achieved_10s"].is_null());
+    assert!(s.get("backstop").is_none(), "no backstop key without events");
     assert!(v["devices"][1]["slices"].as_array().unwrap().is_empty());
     // Round trip.
     let back: StatusView = serde_json::from_value(v).unwrap();
