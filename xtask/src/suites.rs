@@ -93,6 +93,13 @@ const SUITES: &[Suite] = &[
         run: reliability,
     },
     Suite {
+        name: "deploy",
+        about: "packaging/kubernetes rendered offline by kubectl kustomize (sid's kubectl, installed \
+                first when root) and strictly checked against the Kubernetes API types",
+        needs_root: false,
+        run: deploy,
+    },
+    Suite {
         name: "xtask",
         about: "xtask's own unit tests",
         needs_root: false,
@@ -380,4 +387,22 @@ fn dist_suite() -> Result<()> {
     }
     // The acceptance client from the dist tree, against the dist tree's simulator.
     crate::demo::acceptance(&root)
+}
+
+/// The Kubernetes deployment: fetches kubectl (root only; a non-root run without it is told so
+/// loudly, and the tests then print SKIPPED, or fail under CI) and runs the rendering tests.
+fn deploy() -> Result<()> {
+    if is_root() {
+        exec(
+            Command::new("bash")
+                .arg(crate::shell::root().join("scripts/install-engines.sh"))
+                .env("GPUSLICE_E2E_ONLY", "kubectl"),
+        )?;
+    } else {
+        eprintln!(
+            "!!! deploy: not root, kubectl not installed by this run \
+             (GPUSLICE_E2E_ONLY=kubectl scripts/install-engines.sh as root)"
+        );
+    }
+    cargo_test(&["gpuslice-deploy-tests"], &[])
 }

@@ -1,0 +1,186 @@
+//! Offline checks of the Kubernetes deployment (`packaging/kubernetes/`): finding the kubectl the
+//! suite installs ([`kubectl`]), rendering a Kustomize directory ([`render`]), and the strict
+//! check of every rendered object against the Kubernetes API types ([`strict::check`]).
+
+pub mod strict;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Why a rendering could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// kubectl could not be started.
+    #[error("cannot run {kubectl}: {source}")]
+    Spawn {
+        /// The kubectl binary.
+        kubectl: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `kubectl kustomize` failed.
+    #[error("kubectl kustomize {dir} failed ({status}): {stderr}")]
+    Kustomize {
+        /// The directory rendered.
+        dir: PathBuf,
+        /// Exit status.
+        status: String,
+        /// kubectl's message.
+        stderr: String,
+    },
+    /// The output is not a YAML stream of objects.
+    #[error("kubectl kustomize {dir}: output document {index} is not YAML: {message}")]
+    Yaml {
+        /// The directory rendered.
+        dir: PathBuf,
+        /// Document number (0-based).
+        index: usize,
+        /// The parser's message.
+        message: String,
+    },
+}
+
+/// The repository root (two levels above this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `packaging/kubernetes` in the repository.
+pub fn kubernetes_dir() -> PathBuf {
+    repo_root().join("packaging/kubernetes")
+}
+
+/// The kubectl the `deploy` suite installs: `GPUSLICE_KUBECTL`, else the newest
+/// `<prefix>/kubectl-<version>/usr/bin/kubectl` under `GPUSLICE_E2E_PREFIX` (default
+/// `/opt/gpuslice-e2e`, where `scripts/install-engines.sh` unpacks Debian sid's package). The
+/// machine's own `kubectl` in `PATH` is deliberately not used: it is not the one CI has.
+pub fn kubectl() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("GPUSLICE_KUBECTL") {
+        return Some(PathBuf::from(p));
+    }
+    let prefix = std::env::var_os("GPUSLICE_E2E_PREFIX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/gpuslice-e2e"));
+    let mut found: Vec<(Vec<u64>, PathBuf)> = std::fs::read_dir(&prefix)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let ver = name.strip_prefix("kubectl-")?;
+            let bin = e.path().join("usr/bin/kubectl");
+            (e.path().join(".complete").exists() && bin.exists()).then(|| {
+                let key = ver.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+                (key, bin)
+            })
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin)
+}
+
+/// Whether this run is CI (`CI=true` or `CI=1`), where a missing tool is a failure.
+pub fn is_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The kubectl to use, or `None` after a loud SKIPPED banner (panics under CI, where a skip is
+/// not allowed).
+pub fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
+    if let Some(k) = kubectl() {
+        return Some(k);
+    }
+    let msg = format!(
+        "{test}: no kubectl under /opt/gpuslice-e2e/kubectl-*/usr/bin (GPUSLICE_KUBECTL unset); \
+         install it with `GPUSLICE_E2E_ONLY=kubectl scripts/install-engines.sh` (root)"
+    );
+    if is_ci() {
+        panic!("CI=true: {msg}");
+    }
+    eprintln!("\n**************** SKIPPED ****************\n{msg}\n*****************************************\n");
+    None
+}
+
+/// Runs `kubectl kustomize DIR` and returns every rendered object as JSON.
+pub fn render(kubectl: &Path, dir: &Path) -> Result<Vec<Value>, RenderError> {
+    let out = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .map_err(|source| RenderError::Spawn {
+            kubectl: kubectl.to_path_buf(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(RenderError::Kustomize {
+            dir: dir.to_path_buf(),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    parse_stream(&String::from_utf8_lossy(&out.stdout), dir)
+}
+
+/// Splits a YAML stream into JSON objects (empty documents skipped).
+pub fn parse_stream(text: &str, origin: &Path) -> Result<Vec<Value>, RenderError> {
+    let mut objects = Vec::new();
+    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let v = Value::deserialize_from(doc).map_err(|message| RenderError::Yaml {
+            dir: origin.to_path_buf(),
+            index,
+            message,
+        })?;
+        if !v.is_null() {
+            objects.push(v);
+        }
+    }
+    Ok(objects)
+}
+
+/// Deserialising one YAML document into a JSON value.
+trait FromYamlDoc: Sized {
+    fn deserialize_from(doc: serde_yaml::Deserializer<'_>) -> Result<Self, String>;
+}
+
+impl FromYamlDoc for Value {
+    fn deserialize_from(doc: serde_yaml::Deserializer<'_>) -> Result<Value, String> {
+        serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())
+    }
+}
+
+/// The objects of `kind` (and `name`, when given).
+pub fn objects<'a>(all: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    all.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_yaml_stream_splits_into_objects_and_bad_yaml_names_the_document() {
+        let objs = parse_stream(
+            "apiVersion: v1\nkind: Namespace\n---\n---\napiVersion: v1\nkind: ServiceAccount\n",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(objs.len(), 2);
+        assert_eq!(objects(&objs, "ServiceAccount").len(), 1);
+        let err = parse_stream("a: 1\n---\nb: [\n", Path::new("dir")).unwrap_err();
+        assert!(
+            err.to_string().contains("output document 1 is not YAML"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_kubectl_is_a_spawn_error_naming_it() {
+        let err = render(Path::new("/nonexistent/kubectl"), Path::new(".")).unwrap_err();
+        assert!(
+            err.to_string().contains("cannot run /nonexistent/kubectl"),
+            "{err}"
+        );
+    }
+}
