@@ -91,6 +91,7 @@ fn deb_installs_on_a_clean_root_runs_a_slice_and_purges_clean() -> anyhow::Resul
     let cache = package::ensure_chroot()?;
     let t_cache = t0.elapsed();
     let node = Node::new("pkg")?;
+    let t_node = t0.elapsed();
     let root = Root::copy_of(&cache, &node.scratch.join("root"))?;
     let t_copy = t0.elapsed();
 
@@ -280,10 +281,11 @@ fn deb_installs_on_a_clean_root_runs_a_slice_and_purges_clean() -> anyhow::Resul
     }
     let t_all = t0.elapsed();
     println!(
-        "package install test: clean root {:.1}s (cache), copy {:.1}s, install {:.1}s, \
-         arbiter + container {:.1}s, remove + purge {:.1}s, total {:.1}s",
+        "package install test: clean root {:.1}s (cache), test image {:.1}s, copy {:.1}s, \
+         install {:.1}s, arbiter + container {:.1}s, remove + purge {:.1}s, total {:.1}s",
         t_cache.as_secs_f64(),
-        (t_copy - t_cache).as_secs_f64(),
+        (t_node - t_cache).as_secs_f64(),
+        (t_copy - t_node).as_secs_f64(),
         (t_install - t_copy).as_secs_f64(),
         (t_run - t_install).as_secs_f64(),
         (t_all - t_run).as_secs_f64(),
