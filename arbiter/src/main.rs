@@ -45,6 +45,10 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // Tenants can truncate their `usage` files; reading one must not kill the daemon (SIGBUS).
+    if let Err(e) = gpuslice_region::sigbus::install() {
+        tracing::warn!("cannot install the SIGBUS guard for usage files: {e}");
+    }
     let (path, explicit) = match &cli.config {
         Some(p) => (p.clone(), true),
         None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),

@@ -6,7 +6,8 @@
 //! Modules: `layout` (byte layout, versioned), `map` (the one audited mmap accessor),
 //! `files` (typed views, creation), `protocol` (reserve / release / reclaim, generic so that the
 //! model test can run it on `loom` atomics), `atomics` (the word traits it uses), `liveness`
-//! (`/proc` pid + start time), `quantity` (`512Mi`, `25%`, HAMi limits).
+//! (`/proc` pid + start time), `quantity` (`512Mi`, `25%`, HAMi limits), `sigbus` (readers of
+//! tenant-writable files survive the tenant truncating them).
 
 pub mod atomics;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod liveness;
 pub mod map;
 pub mod protocol;
 pub mod quantity;
+pub mod sigbus;
 
 pub use error::RegionError;
 pub use files::{

@@ -60,6 +60,8 @@ unsafe impl FileLayout for UsageFile {
 pub struct Mapping<T: FileLayout> {
     ptr: NonNull<T>,
     writable: bool,
+    /// Slot in the SIGBUS guard (`usage` mappings: the tenant may truncate that file).
+    guard: Option<usize>,
 }
 
 // SAFETY: the mapped memory is only accessed through atomics (see the module doc), so sharing
@@ -152,7 +154,15 @@ impl<T: FileLayout> Mapping<T> {
                 reason: "mmap returned null".into(),
             });
         };
-        let m = Mapping { ptr, writable };
+        let guard = match T::KIND {
+            FileKind::Usage => crate::sigbus::register(p as usize, want),
+            _ => None,
+        };
+        let m = Mapping {
+            ptr,
+            writable,
+            guard,
+        };
         if !(p as usize).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(RegionError::Invalid {
                 path: path.to_path_buf(),
@@ -209,6 +219,9 @@ impl<T: FileLayout> Mapping<T> {
 
 impl<T: FileLayout> Drop for Mapping<T> {
     fn drop(&mut self) {
+        if let Some(slot) = self.guard {
+            crate::sigbus::unregister(slot);
+        }
         // SAFETY: unmaps exactly the region mapped in map_file; no reference derived from it
         // outlives `self` (all borrows are tied to `&self`).
         unsafe {
