@@ -167,12 +167,42 @@ impl Node {
         serde_json::from_str(&out).with_context(|| format!("response {out:?}"))
     }
 
+    /// Whether the arbiter is still running, or how it ended (without reaping it).
+    pub fn arbiter_state(&self) -> String {
+        let Some(a) = &self.arbiter else {
+            return "not started".into();
+        };
+        // SAFETY: an all-zero siginfo_t is a valid out-buffer for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child with WNOWAIT only reads its state; `info` is writable.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                a.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: after a successful waitid the pid and status fields are initialised.
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        match (r, pid, info.si_code) {
+            (0, 0, _) => "running".into(),
+            (0, _, libc::CLD_KILLED | libc::CLD_DUMPED) => format!("killed by signal {status}"),
+            (0, _, _) => format!("exited with status {status}"),
+            _ => format!("unknown ({})", std::io::Error::last_os_error()),
+        }
+    }
+
     /// A request that must succeed.
     pub fn req(&self, body: &str) -> serde_json::Value {
         let line = format!("{{\"version\":1,{body}}}");
-        let v = self
-            .try_req(&line)
-            .unwrap_or_else(|e| panic!("{line}: {e:#}"));
+        let v = self.try_req(&line).unwrap_or_else(|e| {
+            panic!(
+                "{line}: {e:#}; the arbiter is {}; its log:\n{}",
+                self.arbiter_state(),
+                self.log()
+            )
+        });
         assert_ne!(v["result"], "error", "{line}: {v}");
         v
     }

@@ -236,3 +236,11 @@ fn hostile_zeroed_totals() {
 fn hostile_truncation_of_usage() {
     hostile_run("truncate", 10.0, true);
 }
+
+/// Found the arbiter dying of SIGBUS (fixed: `gpuslice_region::sigbus`). The neighbours'
+/// shares still move while the scheduler words come and go (known scheduler bug, see
+/// `hostile_random_bytes_keep_neighbours_shares`), so only the rest is asserted.
+#[test]
+fn hostile_truncation_into_the_device_words() {
+    hostile_run("truncate-head", 10.0, false);
+}

@@ -80,6 +80,8 @@ enum Mode {
     ZeroTotals,
     /// Shrinks the file to a random size and restores it (readers' mappings past the end fault).
     Truncate,
+    /// Like `truncate`, always cutting into the per-device words the scheduler reads.
+    TruncateHead,
 }
 
 fn main() -> Result<()> {
@@ -272,15 +274,19 @@ fn scribble(dir: &std::path::Path, seconds: f64, mode: Mode, seed: u64) -> Resul
                 (off, n)
             }
             // DeviceUsage entries: 16 × 64 bytes after the 64-byte header; total is word 0.
-            Mode::Truncate => (0, 0),
+            Mode::Truncate | Mode::TruncateHead => (0, 0),
             Mode::ZeroTotals => {
                 let dev = rng.below(16);
                 buf[..8].fill(0);
                 (64 + dev * 64, 8)
             }
         };
-        if let Mode::Truncate = mode {
-            f.set_len(rng.below(len))?;
+        if let Mode::Truncate | Mode::TruncateHead = mode {
+            let cut = match mode {
+                Mode::TruncateHead => rng.below(64 + 16 * 64),
+                _ => rng.below(len),
+            };
+            f.set_len(cut)?;
             std::thread::sleep(Duration::from_micros(rng.below(20_000)));
             f.set_len(len)?;
             writes += 1;
