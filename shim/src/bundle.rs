@@ -1,5 +1,9 @@
 //! Reading and rewriting a bundle's `config.json`: in place and atomically (temporary file in
-//! the same directory, `fsync`, `rename`), keeping the file's mode and owner.
+//! the same directory, `rename`), keeping the file's mode and owner. No `fsync`: a bundle lives
+//! only as long as its container (engines keep bundles under `/run`, and recreate them after a
+//! crash), so durability buys nothing, while an `fsync` on a disk costs milliseconds of every
+//! container's start (`docs/benchmarks.md`, Container start). Readers see the old file or the
+//! new one, never a mix (`rename`).
 
 use std::fs;
 use std::io::{self, Write};
@@ -46,7 +50,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
                 return Err(e);
             }
         }
-        f.sync_all()?;
         fs::rename(&tmp, path)
     })();
     if result.is_err() {

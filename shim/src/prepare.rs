@@ -238,7 +238,7 @@ fn edit_admitted(
         preload_file: Some(preload),
         devices: adm.devices.clone(),
         device_nodes,
-        hook: Some((hook, tail)),
+        hook: settings.lifecycle_hooks.then_some((hook, tail)),
         extra_env: Vec::new(),
     };
     apply(doc, &plan)?;
@@ -246,7 +246,8 @@ fn edit_admitted(
     write_atomic(path, &out).map_err(io_err(path))
 }
 
-/// Writes a new file (mode 0644) atomically: temporary file, then rename.
+/// Writes a new file (mode 0644) atomically: temporary file, then rename. No `fsync`: the file
+/// lives in the slice directory (under `/run`) and is rewritten at every admission.
 fn write_atomic_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -259,7 +260,6 @@ fn write_atomic_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .mode(0o644)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
     if r.is_err() {

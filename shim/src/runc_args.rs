@@ -53,6 +53,12 @@ pub struct Invocation {
     pub detach: bool,
     /// `--help` / `-h` somewhere: runc prints help and creates nothing.
     pub help: bool,
+    /// `create` / `run --pid-file`: where runc writes the container's pid.
+    pub pid_file: Option<PathBuf>,
+    /// `delete --force`.
+    pub force: bool,
+    /// Index in [`Invocation::args`] of the subcommand (the global options come before it).
+    pub command_index: Option<usize>,
 }
 
 /// `Some((name, inline value))` for an option argument.
@@ -134,6 +140,7 @@ pub fn parse(args: &[OsString]) -> Invocation {
         return inv;
     };
     let cmd = cmd.to_string_lossy().into_owned();
+    inv.command_index = Some(i);
     i += 1;
     if cmd == "create" || cmd == "run" {
         while i < rest.len() {
@@ -158,9 +165,24 @@ pub fn parse(args: &[OsString]) -> Invocation {
                 "detach" | "d" => {
                     inv.detach = !matches!(value.as_deref(), Some("false"));
                 }
+                "pid-file" => inv.pid_file = value.map(PathBuf::from),
                 "help" | "h" => inv.help = true,
                 _ => {}
             }
+            i += 1;
+        }
+        inv.container_id = rest.get(i).map(|a| a.to_string_lossy().into_owned());
+    } else if cmd == "delete" {
+        // runc delete: only the switch `--force` / `-f`; then the container id.
+        while let Some((name, inline)) = rest.get(i).and_then(|a| flag(a)) {
+            match name.as_str() {
+                "force" | "f" => inv.force = !matches!(inline.as_deref(), Some("false")),
+                "help" | "h" => inv.help = true,
+                _ => {}
+            }
+            i += 1;
+        }
+        if rest.get(i).is_some_and(|a| a == "--") {
             i += 1;
         }
         inv.container_id = rest.get(i).map(|a| a.to_string_lossy().into_owned());
@@ -175,6 +197,20 @@ impl Invocation {
         !self.help
             && self.container_id.is_some()
             && matches!(self.command.as_deref(), Some("create" | "run"))
+    }
+
+    /// Whether this call deletes a container (`delete [--force] ID`, no help).
+    pub fn deletes(&self) -> bool {
+        !self.help && self.container_id.is_some() && self.command.as_deref() == Some("delete")
+    }
+
+    /// The low-level runtime's arguments for `delete --force <id>` with this call's global
+    /// options (cleanup of a container this call created).
+    pub fn force_delete_args(&self, id: &str) -> Vec<OsString> {
+        let globals = self.command_index.unwrap_or(0).min(self.args.len());
+        let mut v = self.args[..globals].to_vec();
+        v.extend(["delete", "--force", id].map(OsString::from));
+        v
     }
 }
 
@@ -213,6 +249,47 @@ mod tests {
         assert_eq!(i.log, Some(PathBuf::from("/run/x/log.json")));
         assert!(i.log_json);
         assert_eq!(i.args.len(), a.len(), "every argument kept");
+        assert_eq!(i.pid_file, Some(PathBuf::from("/run/b/pid")));
+        assert_eq!(i.command_index, Some(7));
+        let del: Vec<&str> = i
+            .force_delete_args("abc")
+            .iter()
+            .map(|a| a.to_str().unwrap())
+            .collect();
+        assert_eq!(
+            del,
+            [
+                "--root",
+                "/run/containerd/runc/k8s.io",
+                "--log",
+                "/run/x/log.json",
+                "--log-format",
+                "json",
+                "--systemd-cgroup",
+                "delete",
+                "--force",
+                "abc"
+            ]
+        );
+    }
+
+    #[test]
+    fn delete_variants() {
+        let i = p(&["--root", "/r", "delete", "--force", "c1"]);
+        assert!(i.deletes() && i.force && !i.creates());
+        assert_eq!(i.container_id.as_deref(), Some("c1"));
+        let i = p(&["delete", "c2"]);
+        assert!(i.deletes() && !i.force);
+        assert_eq!(i.container_id.as_deref(), Some("c2"));
+        assert!(p(&["delete", "-f=true", "c3"]).force);
+        assert!(!p(&["delete"]).deletes(), "no id: nothing to release");
+        assert!(!p(&["delete", "--help", "c4"]).deletes());
+        assert!(!p(&["kill", "c5", "KILL"]).deletes());
+        assert_eq!(
+            p(&["create", "--pid-file=/p", "id"]).pid_file,
+            Some(PathBuf::from("/p"))
+        );
+        assert_eq!(p(&["create", "id"]).pid_file, None);
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub struct Settings {
     pub dev_root: PathBuf,
     /// Bound on every arbiter call.
     pub timeout: Duration,
+    /// Whether the edit adds the `createRuntime` (bind) and `poststop` (release) hooks. True by
+    /// default; `gpuslice-runtime` turns it off for a `create` it can bind and release itself
+    /// (it knows the pid from `--pid-file` and sees the `delete`), saving two hook processes.
+    pub lifecycle_hooks: bool,
 }
 
 /// `../lib/gpuslice/libgpuslice.so` and `gpuslice-hook` relative to `exe`.
@@ -71,6 +75,7 @@ impl Settings {
             state_dir,
             dev_root: PathBuf::from("/dev"),
             timeout: DEFAULT_TIMEOUT,
+            lifecycle_hooks: true,
             config,
         }
     }

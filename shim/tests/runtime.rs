@@ -451,3 +451,118 @@ fn missing_interposer_fails_before_admission() {
     assert!(stderr(&o).contains("interposer"), "{}", stderr(&o));
     assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
 }
+
+/// The slice's owner as the arbiter holds it.
+fn owner_of(n: &Node, id: &str) -> Option<gpuslice_api::Owner> {
+    n.state
+        .lock()
+        .unwrap()
+        .admission()
+        .status()
+        .slices
+        .into_iter()
+        .find(|s| s.slice_id == id)
+        .map(|s| s.owner)
+}
+
+#[test]
+fn create_with_pid_file_binds_itself_and_delete_releases() {
+    let n = Node::new("pidfile", true, "");
+    let b = n.bundle("b", json!({"gpuslice.io/memory": "1Gi"}), &[]);
+    // runc would write the container's pid here; the fake runtime does not, so the test does.
+    let pid_file = n.dir.join("init.pid");
+    let me = std::process::id();
+    std::fs::write(&pid_file, me.to_string()).unwrap();
+    let pf = pid_file.to_str().unwrap();
+    let o = n.run(&b, &["--root", "/r", "create", "--pid-file", pf, "c-pf"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        n.argv().unwrap(),
+        ["--root", "/r", "create", "--pid-file", pf, "c-pf"]
+    );
+    let spec = read_spec(&b);
+    assert!(
+        spec.get("hooks")
+            .is_none_or(|h| !h.to_string().contains("gpuslice-hook")),
+        "no hook processes when the runtime binds and releases itself: {}",
+        spec["hooks"]
+    );
+    assert!(
+        env_of(&spec).contains(&"GPUSLICE_SLICE_DIR=/run/gpuslice".to_string()),
+        "still edited"
+    );
+    let owner = owner_of(&n, "c-pf").expect("admitted");
+    assert_eq!(owner.container_id.as_deref(), Some("c-pf"));
+    assert_eq!(owner.pid, Some(me), "bound to runc's pid");
+    assert!(owner.cgroup.is_some(), "bound to the pid's cgroup");
+
+    // A delete that fails (container still running) keeps the slice.
+    std::fs::write(n.dir.join("exit"), "1").unwrap();
+    let o = n.run(&b, &["--root", "/r", "delete", "c-pf"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!((n.slices(), n.slice_dirs()), (1, 1));
+    // A successful delete releases it, with runc's argv unchanged.
+    std::fs::remove_file(n.dir.join("exit")).unwrap();
+    let o = n.run(&b, &["--root", "/r", "delete", "--force", "c-pf"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        n.argv().unwrap(),
+        ["--root", "/r", "delete", "--force", "c-pf"]
+    );
+    assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
+    // Deleting it again (or any container without a slice) is a plain pass-through.
+    let o = n.run(&b, &["delete", "c-pf"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(n.argv().unwrap(), ["delete", "c-pf"]);
+}
+
+#[test]
+fn delete_never_releases_a_slice_the_container_does_not_own() {
+    let n = Node::new("notown", true, "");
+    let resp = n
+        .state
+        .lock()
+        .unwrap()
+        .handle(gpuslice_api::Request::Admit {
+            slice_id: "c-bare".into(),
+            request: gpuslice_api::SliceRequest::default(),
+            owner: gpuslice_api::Owner {
+                container_id: None,
+                pid: Some(std::process::id()),
+                cgroup: None,
+            },
+        });
+    assert!(
+        matches!(resp, gpuslice_api::Response::Admitted { .. }),
+        "{resp:?}"
+    );
+    let o = n.run(&n.dir, &["delete", "c-bare"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        n.slices(),
+        1,
+        "a bare process's slice of the same name stays"
+    );
+}
+
+#[test]
+fn failed_bind_after_create_deletes_the_container_and_releases() {
+    let n = Node::new("badpid", true, "");
+    let b = n.bundle("b", json!({"gpuslice.io/memory": "1Gi"}), &[]);
+    let pid_file = n.dir.join("init.pid");
+    std::fs::write(&pid_file, "not-a-pid").unwrap();
+    let pf = pid_file.to_str().unwrap();
+    let o = n.run(&b, &["--root", "/r", "create", "--pid-file", pf, "c-bad"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("pid file") && err.contains("not-a-pid") && err.contains("released"),
+        "{err}"
+    );
+    // The container runc created was deleted again, with the same global options.
+    assert_eq!(
+        n.argv().unwrap(),
+        ["--root", "/r", "delete", "--force", "c-bad"]
+    );
+    assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
+}

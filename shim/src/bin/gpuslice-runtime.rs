@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use gpuslice_api::Config;
+use gpuslice_shim::lifecycle::{bind_created, owned_slice};
 use gpuslice_shim::prepare::release;
 use gpuslice_shim::runc_args::{parse, Invocation};
 use gpuslice_shim::{logfile, prepare_bundle, Outcome, Settings};
@@ -56,9 +57,17 @@ fn run(inv: &Invocation) -> i32 {
         Ok(p) => p,
         Err(msg) => return fail(inv, &msg),
     };
+    if inv.deletes() {
+        return delete(inv, &settings, &low);
+    }
     let Some(id) = inv.container_id.as_deref().filter(|_| creates) else {
         return exec(inv, &low);
     };
+    // A `create` with runc's pid file: this process binds the pid after create and releases the
+    // slice at `delete`, so the spec gets no hook processes (docs/runtime.md).
+    let self_managed = inv.command.as_deref() == Some("create") && inv.pid_file.is_some();
+    let mut settings = settings;
+    settings.lifecycle_hooks = !self_managed;
     let mut warnings = Vec::new();
     let outcome = prepare_bundle(&inv.bundle, id, &settings, &mut warnings);
     for w in &warnings {
@@ -68,7 +77,10 @@ fn run(inv: &Invocation) -> i32 {
         Err(e) => fail(inv, &e.to_string()),
         Ok(Outcome::Unchanged(_)) | Ok(Outcome::Open) => exec(inv, &low),
         Ok(Outcome::Sliced { slice_id, fresh }) => {
-            let code = spawn_wait(inv, &low);
+            let mut code = spawn_wait(inv, &low);
+            if code == 0 && self_managed {
+                code = bind_after_create(inv, &settings, &low, id, &slice_id);
+            }
             let ended = inv.command.as_deref() == Some("run") && !inv.detach;
             if fresh && (code != 0 || ended) {
                 let mut w = Vec::new();
@@ -91,6 +103,71 @@ fn run(inv: &Invocation) -> i32 {
             code
         }
     }
+}
+
+/// Binds the created container's pid to its slice. On failure the container is deleted again
+/// (`delete --force` with the same global options) and 1 is returned, so the caller releases a
+/// fresh slice and the create fails with the reason.
+fn bind_after_create(
+    inv: &Invocation,
+    settings: &Settings,
+    low: &Path,
+    id: &str,
+    slice_id: &str,
+) -> i32 {
+    let Some(pid_file) = &inv.pid_file else {
+        return 0;
+    };
+    match bind_created(settings, slice_id, pid_file) {
+        Ok(None) => 0,
+        Ok(Some(m)) => {
+            report(
+                inv,
+                "warning",
+                &format!(
+                    "the arbiter does not support bind ({m}); slice \"{slice_id}\" is released at delete only"
+                ),
+            );
+            0
+        }
+        Err(e) => {
+            report(inv, "error", &e.to_string());
+            let undo = Command::new(low).args(inv.force_delete_args(id)).status();
+            if !undo.is_ok_and(|s| s.success()) {
+                report(
+                    inv,
+                    "warning",
+                    &format!(
+                        "{} delete --force {id} failed after the bind error",
+                        low.display()
+                    ),
+                );
+            }
+            1
+        }
+    }
+}
+
+/// `delete`: runs the low-level runtime; when the container owns a slice (its record names the
+/// container) and the delete succeeded, releases the slice — the job of the `poststop` hook,
+/// without its process. A container without a slice: plain `exec`, nothing else.
+fn delete(inv: &Invocation, settings: &Settings, low: &Path) -> i32 {
+    let Some(slice_id) = inv
+        .container_id
+        .as_deref()
+        .and_then(|id| owned_slice(&settings.state_dir, id))
+    else {
+        return exec(inv, low);
+    };
+    let code = spawn_wait(inv, low);
+    if code == 0 {
+        let mut w = Vec::new();
+        release(settings, &slice_id, &mut w);
+        for m in w {
+            report(inv, "warning", &m);
+        }
+    }
+    code
 }
 
 /// Finds the low-level runtime: a path as given, or a name in `PATH`. Refuses this binary.
