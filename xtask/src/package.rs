@@ -12,6 +12,7 @@
 //! - `usr/lib/systemd/system/{gpuslice-arbiter.service,gpuslice-cdi-refresh.{service,path}}`
 //! - `usr/share/containers/oci/hooks.d/{gpuslice-prestart,gpuslice-poststop}.json`
 //! - `usr/share/doc/gpuslice/` (copyright, changelog.gz, README.md, the docs/ pages)
+//! - `usr/share/lintian/overrides/gpuslice`
 
 mod deps;
 #[cfg(test)]
@@ -103,6 +104,11 @@ pub fn build(dist: &Path, out: &Path) -> Result<Vec<PathBuf>> {
             0o644,
         )?;
     }
+    install(
+        &src.join("debian/lintian-overrides"),
+        &stage.join("usr/share/lintian/overrides").join(PACKAGE),
+        0o644,
+    )?;
     let doc = stage.join("usr/share/doc").join(PACKAGE);
     install(&src.join("debian/copyright"), &doc.join("copyright"), 0o644)?;
     install(&root().join("README.md"), &doc.join("README.md"), 0o644)?;
@@ -489,7 +495,13 @@ mod tests {
         for h in HOOKS {
             assert!(p.join("hooks.d").join(h).is_file(), "{h}");
         }
-        for f in ["config.toml", "control.in", "copyright", "changelog"] {
+        for f in [
+            "config.toml",
+            "control.in",
+            "copyright",
+            "changelog",
+            "lintian-overrides",
+        ] {
             assert!(p.join("debian").join(f).is_file(), "{f}");
         }
     }
