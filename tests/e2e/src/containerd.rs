@@ -134,9 +134,34 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 impl Containerd {
     /// Start containerd of `bins` under `scratch/containerd-<series>`; waits for its socket.
     pub fn start(bins: &ContainerdBins, scratch: &Scratch, opts: &Options) -> Result<Self> {
+        Self::start_with_extra(bins, scratch, opts, "")
+    }
+
+    /// [`Containerd::start`] with `extra` appended to the configuration file (further tables,
+    /// e.g. a runtime class; `{d}` in `extra` is replaced by the daemon's directory).
+    pub fn start_with_extra(
+        bins: &ContainerdBins,
+        scratch: &Scratch,
+        opts: &Options,
+        extra: &str,
+    ) -> Result<Self> {
+        Self::start_with_config(bins, scratch, opts, &|text, dir| {
+            text + &extra.replace("{d}", &dir.display().to_string())
+        })
+    }
+
+    /// [`Containerd::start`] with the configuration file's text passed through `edit` (which
+    /// gets the rendered text and the daemon's directory), e.g. to add keys to the CRI table.
+    pub fn start_with_config(
+        bins: &ContainerdBins,
+        scratch: &Scratch,
+        opts: &Options,
+        edit: &dyn Fn(String, &Path) -> String,
+    ) -> Result<Self> {
         let dir = scratch.dir(&format!("ctd{}", bins.series))?;
         let cfg = dir.join("config.toml");
-        std::fs::write(&cfg, config(bins, &dir, opts))?;
+        let text = edit(config(bins, &dir, opts), &dir);
+        std::fs::write(&cfg, text)?;
         let mut c = Command::new(bins.containerd());
         c.arg("--config").arg(&cfg).arg("--log-level").arg("info");
         // The shims find runc and our binaries through PATH; put the engine's own bin first.

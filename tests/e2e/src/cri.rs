@@ -50,7 +50,8 @@ pub struct PodSpec {
 }
 
 impl PodSpec {
-    fn config(&self) -> Msg {
+    /// The `PodSandboxConfig` message.
+    pub fn config(&self) -> Msg {
         let meta = Msg::new()
             .str(1, &self.name)
             .str(2, &self.uid)
@@ -90,7 +91,8 @@ impl ContainerSpec {
         format!("{}.log", self.name)
     }
 
-    fn config(&self) -> Msg {
+    /// The `ContainerConfig` message.
+    pub fn config(&self) -> Msg {
         let mut m = Msg::new()
             .msg(1, Msg::new().str(1, &self.name))
             .msg(2, Msg::new().str(1, IMAGE))

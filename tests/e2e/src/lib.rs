@@ -17,6 +17,7 @@
 //! - [`package`]: the Debian package on a clean (debootstrap) root
 
 pub mod arbiter;
+pub mod cdi;
 pub mod containerd;
 pub mod cri;
 pub mod daemon;

@@ -6,7 +6,10 @@
 //! - `runc`: the runc v2 shim with the distribution's runc (the plain runtime class);
 //! - `gpuslice, no request`: `gpuslice-runtime` as the runc binary, nothing asked (pass-through);
 //! - `gpuslice, memory=1Gi`: `gpuslice-runtime` with `gpuslice.io/memory=1Gi` (admission, spec
-//!   edit, mounts, createRuntime and poststop hooks, release).
+//!   edit, mounts, the bind after `create` and the release at `delete`);
+//! - with `GPUSLICE_BENCH_BASELINE=<another gpuslice-runtime>` (e.g. an older build, which
+//!   finds its own `gpuslice-hook` and interposer beside it): `baseline, memory=1Gi`, the same
+//!   request through that binary, so two builds are compared alternately in one run.
 //!
 //! Each sample is the wall time of the whole `ctr run --rm` (create, start, wait, delete).
 //!
@@ -17,7 +20,8 @@
 //! leave them on disk, where each `fsync` costs milliseconds).
 //!
 //! Environment: `GPUSLICE_BENCH_ROUNDS` (default 20), `GPUSLICE_BENCH_SERIES` (containerd series,
-//! comma-separated, default `1.6`), `GPUSLICE_BENCH_TMPFS` (default 1).
+//! comma-separated, default `1.6`), `GPUSLICE_BENCH_TMPFS` (default 1), `GPUSLICE_BENCH_BASELINE`
+//! (optional). The load average is printed before and after (the machine may be shared).
 
 use anyhow::{ensure, Result};
 use gpuslice_e2e::arbiter::Arbiter;
@@ -27,7 +31,7 @@ use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths;
 use gpuslice_e2e::procs::{describe, run_ok, run_timeout};
 use gpuslice_e2e::suite::Node;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -58,6 +62,13 @@ fn once(
     let ms = t.elapsed().as_secs_f64() * 1e3;
     ensure!(out.status.success(), "ctr run {id}: {}", describe(&out));
     Ok(ms)
+}
+
+/// `/proc/loadavg`'s first three fields.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -111,15 +122,22 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         },
     )?;
     ctd.import(&node.image.oci)?;
-    let variants: [Variant; 3] = [
+    let baseline = std::env::var_os("GPUSLICE_BENCH_BASELINE").map(PathBuf::from);
+    let mem: &[(&str, &str)] = &[("gpuslice.io/memory", "1Gi")];
+    let mut variants: Vec<Variant> = vec![
         ("runc", &runc, &[]),
         ("gpuslice, no request", &rt, &[]),
-        (
-            "gpuslice, memory=1Gi",
-            &rt,
-            &[("gpuslice.io/memory", "1Gi")],
-        ),
+        ("gpuslice, memory=1Gi", &rt, mem),
     ];
+    if let Some(b) = &baseline {
+        ensure!(
+            b.is_file(),
+            "GPUSLICE_BENCH_BASELINE={}: no such file",
+            b.display()
+        );
+        variants.push(("baseline, memory=1Gi", b, mem));
+    }
+    let load_before = loadavg();
     // Warm-up: one of each (page cache, first snapshot, arbiter connection).
     for (i, (_, bin, ann)) in variants.iter().enumerate() {
         once(&ctd, &format!("warm-{i}"), bin, ann)?;
@@ -144,6 +162,13 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         "disk"
     };
     println!("\ncontainer-start: {version}; {rounds} rounds, order rotated; each sample = `ctr run --rm {IMAGE} /bin/true`; arbiter and containerd state on {where_}");
+    println!(
+        "load average (1, 5, 15 min): {load_before} before, {} after",
+        loadavg()
+    );
+    if let Some(b) = &baseline {
+        println!("baseline: {}", b.display());
+    }
     println!(
         "{:<24} {:>9} {:>9} {:>9} {:>9}",
         "variant", "median", "p90", "min", "mean"
@@ -178,10 +203,59 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         "goal: ≤ {GOAL_MS} ms added (paired median, gpuslice memory=1Gi vs runc): {dmed:.1} ms — {}",
         if dmed <= GOAL_MS { "met" } else { "MISSED" }
     );
+    if let Some(out) = std::env::var_os("GPUSLICE_BENCH_STRACE") {
+        trace(&ctd, Path::new(&out), &variants)?;
+    }
     ensure!(
         ctd.containers()?.is_empty(),
         "containers left in containerd"
     );
+    Ok(())
+}
+
+/// The pid of the containerd whose configuration lives in `ctd.dir` (from `/proc`).
+fn containerd_pid(ctd: &Containerd) -> Option<u32> {
+    let cfg = ctd.dir.join("config.toml");
+    let want = cfg.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        (cmd.contains("containerd") && cmd.contains(&want)).then_some(pid)
+    })
+}
+
+/// `GPUSLICE_BENCH_STRACE=<file>`: one more run of each variant with `strace -f -tt` attached to
+/// containerd (and so to shims, runtimes, hooks and runc), written to `<file>.<n>`, for the
+/// "where the time goes" reading in docs/benchmarks.md. Not part of the figures above.
+fn trace(ctd: &Containerd, out: &Path, variants: &[Variant]) -> Result<()> {
+    let pid = containerd_pid(ctd).ok_or_else(|| anyhow::anyhow!("containerd's pid not found"))?;
+    for (i, (name, bin, ann)) in variants.iter().enumerate() {
+        let file = out.with_extension(i.to_string());
+        let mut st = Command::new("strace")
+            .args(["-f", "-tt", "-qq", "-s", "96"])
+            .args([
+                "-e",
+                "trace=execve,connect,fsync,fdatasync,rename,wait4,exit_group",
+            ])
+            .arg("-o")
+            .arg(&file)
+            .args(["-p", &pid.to_string()])
+            .spawn()?;
+        std::thread::sleep(Duration::from_millis(500));
+        let ms = once(ctd, &format!("trace-{i}"), bin, ann);
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on the strace child this function spawned (its own pid).
+        unsafe {
+            libc::kill(st.id() as i32, libc::SIGINT);
+        }
+        let _ = st.wait();
+        println!(
+            "trace of {name}: {:.1} ms under strace -> {}",
+            ms?,
+            file.display()
+        );
+    }
     Ok(())
 }
 
