@@ -9,6 +9,7 @@ pub mod client;
 pub mod devices;
 pub mod edit;
 pub mod ident;
+pub mod late_preload;
 pub mod lifecycle;
 pub mod logfile;
 pub mod preload;

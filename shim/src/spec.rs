@@ -109,6 +109,18 @@ impl SpecDoc {
             .map(PathBuf::from)
     }
 
+    /// The source of the last mount targeting `destination` (the one on top).
+    pub fn mount_source(&self, destination: &str) -> Option<PathBuf> {
+        self.0
+            .get("mounts")
+            .and_then(Value::as_array)?
+            .iter()
+            .rev()
+            .find(|m| m.get("destination").and_then(Value::as_str) == Some(destination))
+            .and_then(|m| m.get("source").and_then(Value::as_str))
+            .map(PathBuf::from)
+    }
+
     /// Whether a mount already targets `destination`.
     pub fn has_mount(&self, destination: &str) -> bool {
         self.0

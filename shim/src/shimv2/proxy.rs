@@ -6,6 +6,8 @@
 //!   edit; sandboxes and containers that ask for nothing untouched). A failure refuses the Create
 //!   with the library's message; runc-v2 never sees it. If runc-v2's Create then fails, a slice
 //!   admitted by this call is released.
+//!   After runc-v2's Create the image's own `/etc/ld.so.preload` entries are merged into the
+//!   slice's preload file ([`crate::late_preload`]).
 //! * `Delete` of a container (no exec id) that this proxy admitted: after runc-v2 deleted it, the
 //!   slice is released (the `poststop` hook normally did already; releasing is idempotent).
 //!
@@ -25,6 +27,7 @@ use containerd_shim::protos::ttrpc::{
 };
 
 use super::upstream::socket_path;
+use crate::late_preload::merge_after_create;
 use crate::prepare::release;
 use crate::{prepare_bundle, Outcome, Settings};
 
@@ -195,6 +198,18 @@ impl Proxy {
                 if is_ok(&r) {
                     if let Ok(mut m) = self.admitted.lock() {
                         m.insert(c.id.clone(), slice_id);
+                    }
+                    // runc-v2 has mounted the root filesystem now; nothing has run in it yet.
+                    match merge_after_create(Path::new(&c.bundle), &settings.state_dir) {
+                        Ok(0) => {}
+                        Ok(n) => log(format_args!(
+                            "create {}: {n} preload entries of the image kept",
+                            c.id
+                        )),
+                        Err(e) => log(format_args!(
+                            "create {}: warning: the image's preload entries are not kept: {e}",
+                            c.id
+                        )),
                     }
                 } else if fresh {
                     let mut w = Vec::new();
