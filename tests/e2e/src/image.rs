@@ -228,3 +228,16 @@ pub fn build(work: &Path) -> Result<TestImage> {
     oci_archive(&layer, work, &oci)?;
     Ok(TestImage { rootfs, layer, oci })
 }
+
+/// [`build`] with the image's own `/etc/ld.so.preload` holding `text` (gpuslice must keep its
+/// entries after the interposer).
+pub fn build_with_preload(work: &Path, text: &str) -> Result<TestImage> {
+    let rootfs = work.join("rootfs");
+    build_rootfs(&rootfs)?;
+    std::fs::write(rootfs.join("etc/ld.so.preload"), text)?;
+    let layer = work.join("layer.tar");
+    layer_tar(&rootfs, &layer)?;
+    let oci = work.join("image.oci.tar");
+    oci_archive(&layer, work, &oci)?;
+    Ok(TestImage { rootfs, layer, oci })
+}

@@ -13,6 +13,7 @@
 //! - [`runc`], [`containerd`], [`docker`], [`arbiter`]: one engine each
 //! - [`suite`]: shared set-up and assertions of the suites
 //! - [`cri`], [`proto`]: a minimal CRI (gRPC) client for the Pod path
+//! - [`shimv2`]: containerd-shim-gpuslice-v2 set-up (runtime class, PATH, `ctr run --runtime`)
 //! - [`workload`]: running `gpuslice-workload` and reading its `key=value` output
 //! - [`package`]: the Debian package on a clean (debootstrap) root
 
@@ -31,6 +32,7 @@ pub mod procs;
 pub mod proto;
 pub mod runc;
 pub mod scratch;
+pub mod shimv2;
 pub mod sim;
 pub mod snapshot;
 pub mod suite;

@@ -5,22 +5,28 @@
 //! a 1 GiB slice, one that asks for nothing sees the whole device, a malformed request fails the
 //! task creation with a message naming key and value, and afterwards the state directory, mount
 //! table and process list (runc-v2 shims and our proxies included) are as before.
+//!
+//! Further, on the shim path: an image with its own `/etc/ld.so.preload` keeps its entries after
+//! the interposer (read from the root filesystem runc-v2 mounted during `Create`), and with the
+//! arbiter down the creation fails closed naming the arbiter, leaving no container, slice,
+//! mount or process (no runc-v2 shim, no proxy) behind.
 
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, CtrRun, Options};
 use gpuslice_e2e::gate::{require, Need};
-use gpuslice_e2e::image::IMAGE;
+use gpuslice_e2e::image;
 use gpuslice_e2e::paths;
-use gpuslice_e2e::procs::run_timeout;
+use gpuslice_e2e::shimv2::{
+    check_merged_preload, ctr_run, daemon_path, image_library, image_preload_text,
+    preload_info_and_fill, RUNTIME,
+};
 use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{
     assert_one_gib_slice, assert_whole_device, info_and_fill, stdout_ok, Node,
 };
-use std::process::Output;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(120);
-const RUNTIME: &str = "io.containerd.gpuslice.v2";
 
 fn spec(node: &Node, annotations: &[(&str, &str)]) -> CtrRun {
     CtrRun {
@@ -33,30 +39,6 @@ fn spec(node: &Node, annotations: &[(&str, &str)]) -> CtrRun {
         binds: node.sim.container_binds(),
         timeout: T,
     }
-}
-
-/// `ctr run --rm --runtime io.containerd.gpuslice.v2` of the test image; removes what is left.
-fn ctr_run(ctd: &Containerd, id: &str, run: &CtrRun) -> anyhow::Result<Output> {
-    let mut c = ctd.ctr();
-    c.args(["run", "--rm", "--net-host", "--runtime", RUNTIME]);
-    for (k, v) in &run.annotations {
-        c.arg("--annotation").arg(format!("{k}={v}"));
-    }
-    for e in &run.env {
-        c.arg("--env").arg(e);
-    }
-    for b in &run.binds {
-        let mode = if b.ro { "rbind:ro" } else { "rbind:rw" };
-        c.arg("--mount").arg(format!(
-            "type=bind,src={},dst={},options={mode}",
-            b.src.display(),
-            b.dst
-        ));
-    }
-    c.arg(IMAGE).arg(id).args(&run.args);
-    let out = run_timeout(&mut c, run.timeout);
-    ctd.remove(id);
-    out
 }
 
 fn shimv2(series: &str) -> anyhow::Result<()> {
@@ -77,20 +59,10 @@ fn shimv2(series: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("s{series}"))?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let mut arbiter = Arbiter::start(&node.scratch, &node.sim)?;
     let mut env = arbiter.client_env();
     // The harness puts the engine's bin first; ours goes before it (later entries win).
-    let dist_bin = shim
-        .parent()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    env.push((
-        "PATH".into(),
-        format!(
-            "{dist_bin}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            bins.bin.display()
-        ),
-    ));
+    env.push(daemon_path(&bins));
     let ctd = Containerd::start(
         &bins,
         &node.scratch,
@@ -136,12 +108,57 @@ fn shimv2(series: &str) -> anyhow::Result<()> {
         "the workload ran despite the refusal"
     );
 
+    // The image's own /etc/ld.so.preload is kept after the interposer.
+    let entry = image_library(&node.image.rootfs)?;
+    let pimg = image::build_with_preload(
+        &node.scratch.dir("preload-image")?,
+        &image_preload_text(&entry),
+    )?;
+    ctd.import(&pimg.oci)?;
+    let mut run = spec(&node, &[("gpuslice.io/memory", "1Gi")]);
+    run.args = preload_info_and_fill();
+    let o = ctr_run(&ctd, "e2e-v2-preload", &run)?;
+    let out = stdout_ok(
+        &format!("ctr run --runtime {RUNTIME} ({series}, image with ld.so.preload)"),
+        &o,
+    )?;
+    println!("containerd {series}, {RUNTIME}, image with its own ld.so.preload:\n{out}");
+    let rest = check_merged_preload(&out, &String::from_utf8_lossy(&o.stderr), &entry)
+        .map_err(|e| e.context(ctd.log_tail(20)))?;
+    assert_one_gib_slice(&rest)?;
+
     anyhow::ensure!(
         ctd.containers()?.is_empty(),
         "containers left in containerd"
     );
     if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(15)) {
         anyhow::bail!("containerd {series} + {RUNTIME} left something behind:\n{d}");
+    }
+
+    // The arbiter down: fail closed at Task.Create, naming the arbiter; nothing left behind.
+    arbiter.stop();
+    let before = Snapshot::take(Some(&arbiter.state_dir));
+    let down = ctr_run(
+        &ctd,
+        "e2e-v2-down",
+        &spec(&node, &[("gpuslice.io/memory", "1Gi")]),
+    )?;
+    let err = String::from_utf8_lossy(&down.stderr).into_owned();
+    println!("containerd {series}, {RUNTIME}, arbiter down: {err}");
+    anyhow::ensure!(
+        !down.status.success(),
+        "started with the arbiter down: {err}"
+    );
+    anyhow::ensure!(
+        err.contains("gpuslice") && err.contains("arbiter"),
+        "the failure does not name the arbiter: {err}"
+    );
+    anyhow::ensure!(
+        ctd.containers()?.is_empty(),
+        "containers left in containerd (arbiter down)"
+    );
+    if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(15)) {
+        anyhow::bail!("containerd {series} + {RUNTIME}, arbiter down, left something behind:\n{d}");
     }
     Ok(())
 }
