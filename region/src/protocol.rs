@@ -177,7 +177,7 @@ fn wait_unfrozen<L: Ledger, E: Env>(l: &L, e: &E, me: usize, dev: usize) -> Resu
                 let mine = frozen_by(me, total_bytes(t));
                 if l.total(dev).cas(t, mine, SeqCst).is_ok() {
                     // Finishing or abandoning the recomputation both unfreeze.
-                    let _ = recompute_frozen(l, e, dev, total_bytes(t));
+                    let _ = recompute_frozen(l, e, dev, mine);
                     continue;
                 }
             }
@@ -266,14 +266,18 @@ pub fn release<L: Ledger, E: Env>(l: &L, e: &E, me: usize, dev: usize, bytes: u6
     }
 }
 
-/// With `total[dev]` frozen by the caller: waits for in-flight operations of live records, then
-/// stores the sum of live records (unfreezing). On a timeout restores `orig` unchanged.
+/// With `total[dev]` frozen by the caller (`frozen` is the word it stored): waits for in-flight
+/// operations of live records, then stores the sum of live records (unfreezing). On a timeout
+/// restores the bytes of `frozen` unchanged. Both stores are a CAS from `frozen`: a freezer whose
+/// freeze was taken over meanwhile (its record looked dead, e.g. a process reclaiming at exit
+/// after marking its own record dead) must not overwrite the total the new owner settled.
 fn recompute_frozen<L: Ledger, E: Env>(
     l: &L,
     e: &E,
     dev: usize,
-    orig: u64,
+    frozen: u64,
 ) -> Result<u64, RecomputeError> {
+    let orig = total_bytes(frozen);
     for rec in 0..l.records() {
         let (st, _) = rec_unpack(l.state(rec).get(SeqCst));
         if st != REC_LIVE && st != REC_CLAIMING {
@@ -285,7 +289,7 @@ fn recompute_frozen<L: Ledger, E: Env>(
                 break;
             }
             if !w.pause() {
-                l.total(dev).put(orig & TOTAL_BYTES_MASK, SeqCst);
+                let _ = l.total(dev).cas(frozen, orig & TOTAL_BYTES_MASK, SeqCst);
                 return Err(RecomputeError::GaveUp);
             }
         }
@@ -299,8 +303,11 @@ fn recompute_frozen<L: Ledger, E: Env>(
         sum = sum.saturating_add(l.reserved(rec, dev).get(SeqCst).min(TOTAL_BYTES_MASK));
     }
     let sum = sum.min(TOTAL_BYTES_MASK);
-    l.total(dev).put(sum, SeqCst);
-    Ok(sum)
+    match l.total(dev).cas(frozen, sum, SeqCst) {
+        Ok(_) => Ok(sum),
+        // Taken over: the new owner settles the total from the same records.
+        Err(now) => Ok(total_bytes(now)),
+    }
 }
 
 /// Recomputes `total[dev]` from the live records (freezing it meanwhile). Returns the new total.
@@ -316,8 +323,9 @@ pub fn recompute<L: Ledger, E: Env>(
             wait_unfrozen(l, e, me, dev).map_err(|()| RecomputeError::Busy)?;
             continue;
         }
-        if l.total(dev).cas(t, frozen_by(me, t), SeqCst).is_ok() {
-            return recompute_frozen(l, e, dev, total_bytes(t));
+        let frozen = frozen_by(me, t);
+        if l.total(dev).cas(t, frozen, SeqCst).is_ok() {
+            return recompute_frozen(l, e, dev, frozen);
         }
     }
 }
