@@ -274,7 +274,11 @@ fn exit_reclaim_with_own_dead_record_is_exact_without_settling() {
         let released = releaser.join().unwrap();
         // A release that gave up (bounded wait) legitimately leaves its bytes charged.
         if released == 2 {
-            assert_eq!(m.bytes(), m.reserved[0].get(SeqCst), "total != live records");
+            assert_eq!(
+                m.bytes(),
+                m.reserved[0].get(SeqCst),
+                "total != live records"
+            );
         }
     });
 }
