@@ -386,6 +386,15 @@ impl Policy {
         if !my.high && others.iter().any(|&i| self.slices[i].params.high) {
             return Decision::Preempt;
         }
+        // Granted while the previous holder's last kernels still run: its lease (and activity
+        // checks) start when that drain is reported ([`Policy::overrun`]); a lease timed from
+        // the grant could end before its first kernel ran.
+        if h.deferred {
+            return Decision::Keep {
+                renew: false,
+                wake_at: now + self.quantum / 2,
+            };
+        }
         let limited = self.limited(me);
         if limited && !self.eligible(me, now) {
             return Decision::Revoke;
@@ -539,6 +548,8 @@ impl Policy {
             if h.deferred {
                 h.deferred = false;
                 h.charged_to = h.charged_to.max(to);
+                h.lease_start = h.lease_start.max(to);
+                h.checked_at = h.checked_at.max(to);
             }
         }
     }
@@ -975,6 +986,49 @@ mod tests {
         }
         let share = got[0] as f64 / now as f64;
         assert!((share - 0.3).abs() < 0.02, "{share}");
+    }
+
+    /// A holder granted while its predecessor's last (long) kernel still runs keeps the lease
+    /// until that drain is reported, and its lease is timed from then: timed from the grant, it
+    /// would end before its own first kernel ran.
+    #[test]
+    fn deferred_lease_starts_when_the_previous_drain_is_reported() {
+        let mut p = Policy::new(5 * MS);
+        let a = p.set_slice("a", g(30), 0);
+        let b = p.set_slice("b", g(70), 0);
+        let w = Observation {
+            waiting: true,
+            active: false,
+        };
+        let act = Observation {
+            waiting: false,
+            active: true,
+        };
+        p.granted(a, 0);
+        p.preempted(5 * MS);
+        p.granted(b, 5 * MS);
+        // a's last kernel runs 20 ms more; a waits again meanwhile.
+        for t in (6..25).map(|k| k * MS) {
+            p.observe(a, w, t);
+            p.observe(b, act, t);
+            p.observed(t);
+            assert!(
+                matches!(p.decide(t), Decision::Keep { renew: false, .. }),
+                "b revoked at {t} before its lease began"
+            );
+        }
+        p.overrun(a, 5 * MS, 25 * MS, false);
+        assert_eq!(p.slices()[a].charged_ns, 25 * MS);
+        // b's lease (5 ms × 70/30) runs from 25 ms.
+        p.observe(a, w, 30 * MS);
+        p.observe(b, act, 30 * MS);
+        p.observed(30 * MS);
+        assert!(matches!(p.decide(30 * MS), Decision::Keep { .. }));
+        p.observe(a, w, 37 * MS);
+        p.observe(b, act, 37 * MS);
+        p.observed(37 * MS);
+        assert_eq!(p.decide(37 * MS), Decision::Revoke);
+        assert_eq!(p.slices()[b].charged_ns, 12 * MS);
     }
 
     #[test]
