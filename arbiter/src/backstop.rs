@@ -358,9 +358,9 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                         kind: "lease",
                         targets: pids,
                         detail: format!(
-                            "ran {} ms of device time beyond its lease over the last {} checks",
+                            "ran {} ms of device time beyond its lease over the last {} ms",
                             excess / 1_000_000,
-                            entry.1.len()
+                            self.cfg.period.as_millis() * entry.1.len() as u128
                         ),
                     });
                 }

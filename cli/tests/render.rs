@@ -217,7 +217,10 @@ fn json_shape() {
     assert_eq!(s["backstop"][0]["pids"], serde_json::json!([41231]));
     let s = &d0["slices"][1];
     assert!(s["memory_cap"].is_null() && s["achieved_10s"].is_null());
-    assert!(s.get("backstop").is_none(), "no backstop key without events");
+    assert!(
+        s.get("backstop").is_none(),
+        "no backstop key without events"
+    );
     assert!(v["devices"][1]["slices"].as_array().unwrap().is_empty());
     // Round trip.
     let back: StatusView = serde_json::from_value(v).unwrap();

@@ -7,7 +7,8 @@
 //! Modules: `ctor` (the only load-time work), `real` / `elf` (finding the real functions),
 //! `dl` (dlsym/dlvsym), `table` (name → wrapper), `state` (lazy mode, caps, usage record),
 //! `cuda` / `pool` / `array` / `graph` / `nvml` (the memory wrappers and totals), `launch` (launch
-//! entry points) calling `gate` (the issue-4 launch gate), `guard` (re-entrancy), `log`.
+//! entry points) calling `gate` (the issue-4 launch gate), `nvml_procs` (NVML process lists and
+//! samples limited to the slice's own processes), `guard` (re-entrancy), `log`.
 
 #[macro_use]
 pub mod real;
@@ -22,6 +23,7 @@ pub mod guard;
 pub mod launch;
 pub mod log;
 pub mod nvml;
+pub mod nvml_procs;
 pub mod pool;
 pub mod state;
 pub mod table;

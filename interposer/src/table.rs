@@ -44,4 +44,12 @@ table! {
     launch::cuLaunchCooperativeKernel, launch::cuLaunchCooperativeKernel_ptsz,
     launch::cuGraphLaunch, launch::cuGraphLaunch_ptsz,
     nvml::nvmlDeviceGetMemoryInfo, nvml::nvmlDeviceGetMemoryInfo_v2,
+    nvml_procs::nvmlDeviceGetComputeRunningProcesses,
+    nvml_procs::nvmlDeviceGetComputeRunningProcesses_v2,
+    nvml_procs::nvmlDeviceGetComputeRunningProcesses_v3,
+    nvml_procs::nvmlDeviceGetGraphicsRunningProcesses,
+    nvml_procs::nvmlDeviceGetGraphicsRunningProcesses_v2,
+    nvml_procs::nvmlDeviceGetGraphicsRunningProcesses_v3,
+    nvml_procs::nvmlDeviceGetMPSComputeRunningProcesses_v3,
+    nvml_procs::nvmlDeviceGetProcessUtilization,
 }
