@@ -196,9 +196,19 @@ fn sigkill_at_random_moments_leaves_accounting_exact() {
         });
         let dt = drained.unwrap_or_else(|| {
             let got: Vec<_> = slices.iter().map(|(id, _)| n.slice_total_raw(id)).collect();
+            let dumps: Vec<_> = slices
+                .iter()
+                .filter(|(id, _)| n.slice_total_raw(id) != 0)
+                .map(|(id, _)| format!("{id}: {}", n.usage_dump(id)))
+                .collect();
             panic!(
-                "batch {batch}: after every tenant exited usage is {got:?}, simulator {}",
-                n.sim_used()
+                "batch {batch}: after every tenant exited usage is {got:?}, simulator {}; \
+                 {dumps:?}; survivors' reports: {:?}",
+                n.sim_used(),
+                groups
+                    .iter()
+                    .map(|g| g.iter().map(|t| t.output.clone()).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()
             )
         });
         max_drain = max_drain.max(dt);
