@@ -122,6 +122,8 @@ struct Drain {
     grant: u32,
     start: u64,
     deadline: u64,
+    /// When the slice was down to its last kernel and the lease was handed on (early).
+    near_at: Option<u64>,
 }
 
 /// A helper thread that waits on the demand words the loop's own `futex_waitv` cannot hold
@@ -378,6 +380,7 @@ impl Loop {
             grant: rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed)),
             start,
             deadline: start + drain_timeout(self.policy.quantum()),
+            near_at: None,
         })
     }
 
@@ -424,6 +427,9 @@ impl Loop {
                     // charging still starts now.
                     let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
                     self.policy.record_drain(i, now.saturating_sub(d.start));
+                    if let Some(n) = d.near_at {
+                        self.policy.record_last_kernel(i, now.saturating_sub(n));
+                    }
                     self.policy.overrun(i, d.start, now, timed_out);
                     return;
                 }
@@ -461,7 +467,12 @@ impl Loop {
     /// granted, so the wake-ups of a hand-off overlap that kernel instead of idling the device.
     fn revoke_holder_early(&mut self, early: bool) {
         self.check_drain(true);
-        let Some(d) = self.revoke_start() else {
+        let early = early
+            && self
+                .policy
+                .holder()
+                .is_some_and(|h| self.policy.early_ok(h));
+        let Some(mut d) = self.revoke_start() else {
             return;
         };
         let (end, timed_out) = loop {
@@ -470,6 +481,7 @@ impl Loop {
                 break (now, t);
             }
             if early && self.drain_near(&d) {
+                d.near_at = Some(now);
                 self.policy.preempted(d.start);
                 self.free_since = Some(now);
                 self.draining = Some(d);
