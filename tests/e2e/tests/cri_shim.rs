@@ -211,7 +211,7 @@ fn pod_path(series: &str) -> Result<()> {
         "the Pod's proxy went away before the Pod"
     );
     guard.remove()?;
-    if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(15)) {
+    if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(30)) {
         anyhow::bail!("CRI Pod with {SHIM} on containerd {series} left something behind:\n{d}");
     }
     println!(

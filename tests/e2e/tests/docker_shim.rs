@@ -187,7 +187,7 @@ fn docker_26_runtime_type_shim_v2() -> anyhow::Result<()> {
     );
 
     anyhow::ensure!(dk.containers()?.is_empty(), "containers left in dockerd");
-    if let Some(diff) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(15))
+    if let Some(diff) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(30))
     {
         anyhow::bail!("docker 26 + {RUNTIME} left something behind:\n{diff}");
     }

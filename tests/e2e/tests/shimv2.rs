@@ -131,7 +131,7 @@ fn shimv2(series: &str) -> anyhow::Result<()> {
         ctd.containers()?.is_empty(),
         "containers left in containerd"
     );
-    if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(15)) {
+    if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(30)) {
         anyhow::bail!("containerd {series} + {RUNTIME} left something behind:\n{d}");
     }
 
@@ -157,7 +157,7 @@ fn shimv2(series: &str) -> anyhow::Result<()> {
         ctd.containers()?.is_empty(),
         "containers left in containerd (arbiter down)"
     );
-    if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(15)) {
+    if let Some(d) = Snapshot::settle(&before, Some(&arbiter.state_dir), Duration::from_secs(30)) {
         anyhow::bail!("containerd {series} + {RUNTIME}, arbiter down, left something behind:\n{d}");
     }
     Ok(())
