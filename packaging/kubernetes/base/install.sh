@@ -42,10 +42,21 @@ put() {
 
 case "$STYLE" in binary-name|shim) ;; *) die "GPUSLICE_CONTAINERD_STYLE=$STYLE (binary-name or shim)" ;; esac
 case "$RESTART" in systemd|none) ;; *) die "GPUSLICE_RESTART=$RESTART (systemd or none)" ;; esac
+if [ -n "$SHIM_LINK_DIR" ] && [ ! -d "$SHIM_LINK_DIR" ]; then
+    die "GPUSLICE_SHIM_LINK_DIR=$SHIM_LINK_DIR is not a directory"
+fi
+BINARIES="gpuslice gpuslice-arbiter gpuslice-hook gpuslice-runtime containerd-shim-gpuslice-v2"
+# Everything is checked before anything is written.
+for f in $BINARIES; do
+    [ -f "$IMAGE_ROOT/usr/bin/$f" ] || die "$IMAGE_ROOT/usr/bin/$f missing from the image"
+done
+for f in "$IMAGE_ROOT/usr/lib/gpuslice/libgpuslice.so" "$CONFIG_SRC"; do
+    [ -f "$f" ] || die "$f missing from the image"
+done
 
 # 1. binaries and interposer
 mkdir -p "$PREFIX/bin" "$PREFIX/lib/gpuslice"
-for b in gpuslice gpuslice-arbiter gpuslice-hook gpuslice-runtime containerd-shim-gpuslice-v2; do
+for b in $BINARIES; do
     put "$IMAGE_ROOT/usr/bin/$b" "$PREFIX/bin/$b" 0755
 done
 put "$IMAGE_ROOT/usr/lib/gpuslice/libgpuslice.so" "$PREFIX/lib/gpuslice/libgpuslice.so" 0644
@@ -56,7 +67,6 @@ put "$CONFIG_SRC" "$CONFIG_DST" 0644
 
 # 3. the shim on containerd's PATH (shim style)
 if [ -n "$SHIM_LINK_DIR" ]; then
-    [ -d "$SHIM_LINK_DIR" ] || die "GPUSLICE_SHIM_LINK_DIR=$SHIM_LINK_DIR is not a directory"
     ln -sfn "$PREFIX/bin/containerd-shim-gpuslice-v2" "$SHIM_LINK_DIR/containerd-shim-gpuslice-v2"
     log "linked $SHIM_LINK_DIR/containerd-shim-gpuslice-v2 -> $PREFIX/bin/containerd-shim-gpuslice-v2"
 fi
