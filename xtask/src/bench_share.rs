@@ -927,7 +927,7 @@ fn scale(dist: &Path, procs: usize) -> Result<()> {
             "--rate",
             rate,
             "--seconds",
-            "75",
+            "150",
         ]
         .map(String::from)
         .to_vec();
@@ -947,9 +947,9 @@ fn scale(dist: &Path, procs: usize) -> Result<()> {
             .unwrap_or(false)
     };
     while kids.iter().any(|(_, k)| !attached(k.id())) {
-        if t_start.elapsed() > Duration::from_secs(60) {
+        if t_start.elapsed() > Duration::from_secs(120) {
             let n = kids.iter().filter(|(_, k)| attached(k.id())).count();
-            println!("   only {n} of {procs} processes attached after 60 s");
+            println!("   only {n} of {procs} processes attached after 120 s");
             break;
         }
         std::thread::sleep(Duration::from_millis(500));
