@@ -1,9 +1,10 @@
-//! `cargo xtask bench container-start [rounds=N] [series=1.6,1.7,2.1]`: the start latency
+//! `cargo xtask bench container-start [rounds=N] [series=1.6,1.7,2.1] [baseline=PATH]`: the start latency
 //! gpuslice adds to a container under containerd, versus the plain runc runtime class, measured
 //! alternately in one run. Root only (real engines). Provisions the engines
 //! (`scripts/install-engines.sh`, cached), builds the dist tree, then runs the ignored benchmark
 //! test `tests/e2e/tests/container_start.rs`, which starts its own containerd and arbiter and
-//! prints the table (median, p90, paired differences, ratio, the ≤ 10 ms goal).
+//! prints the table (median, p90, paired differences, ratio, the ≤ 10 ms goal). `baseline=` names
+//! another `gpuslice-runtime` (an older build) measured alternately as a fourth variant.
 
 use crate::dist;
 use crate::shell::{cargo, exec, is_root, root};
@@ -16,6 +17,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let mut rounds = None;
     let mut series = None;
+    let mut baseline = None;
     let mut it = args.iter();
     // `--rounds N` / `rounds=N` (the `k=v` form needs no `--` before it on the xtask command line).
     while let Some(a) = it.next() {
@@ -33,7 +35,8 @@ pub fn run(args: &[String]) -> Result<()> {
         match key {
             "rounds" => rounds = Some(value()?),
             "series" => series = Some(value()?),
-            _ => bail!("unknown argument {a:?} (use rounds=N, series=1.6,1.7,2.1)"),
+            "baseline" => baseline = Some(value()?),
+            _ => bail!("unknown argument {a:?} (use rounds=N, series=1.6,1.7,2.1, baseline=PATH)"),
         }
     }
     exec(Command::new("bash").arg(root().join("scripts/install-engines.sh")))?;
@@ -45,6 +48,10 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if let Some(s) = series {
         c.env("GPUSLICE_BENCH_SERIES", s);
+    }
+    if let Some(b) = baseline {
+        let b = std::fs::canonicalize(&b).with_context(|| format!("baseline={b}"))?;
+        c.env("GPUSLICE_BENCH_BASELINE", b);
     }
     c.args([
         "test",
