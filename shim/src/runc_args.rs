@@ -251,11 +251,8 @@ mod tests {
         assert_eq!(i.args.len(), a.len(), "every argument kept");
         assert_eq!(i.pid_file, Some(PathBuf::from("/run/b/pid")));
         assert_eq!(i.command_index, Some(7));
-        let del: Vec<&str> = i
-            .force_delete_args("abc")
-            .iter()
-            .map(|a| a.to_str().unwrap())
-            .collect();
+        let del_args = i.force_delete_args("abc");
+        let del: Vec<&str> = del_args.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(
             del,
             [
