@@ -1000,7 +1000,7 @@ fn scale(dist: &Path, procs: usize) -> Result<()> {
     drop(sim);
     println!(
         "\n== {slices} slices, {procs} tenant processes on 8 devices ({ndev} in use; 3 of 4 processes per \
-         slice mostly idle, 1 at one 200 µs request/s); all attached after {startup:.0} s (load {})",
+         slice mostly idle, 1 at one 200 µs request/s); measured from {startup:.0} s after the start (load {})",
         loadavg()
     );
     println!(
