@@ -109,6 +109,26 @@ fn under(path: &str, root: &str) -> bool {
     path == root || path.strip_prefix(root).is_some_and(|r| r.starts_with('/'))
 }
 
+/// Which slice a process belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Attribution {
+    /// Slice index and the process's start time.
+    Slice(usize, u64),
+    /// Several slices make the same claim (indices).
+    Ambiguous(Vec<usize>),
+    /// No slice.
+    None,
+}
+
+impl Attribution {
+    fn of(claims: Vec<usize>, start: u64) -> Attribution {
+        match claims[..] {
+            [i] => Attribution::Slice(i, start),
+            _ => Attribution::Ambiguous(claims),
+        }
+    }
+}
+
 /// One violation found in a tick, before it is acted on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Violation {
@@ -133,6 +153,8 @@ pub struct Backstop<G: GpuSource, H: Host> {
     owners: HashMap<String, Option<OwnerIdentity>>,
     state_dir: Option<PathBuf>,
     first: HashSet<u32>,
+    /// Sets of slices already warned about as indistinguishable (comma-joined ids).
+    ambiguous: HashSet<String>,
 }
 
 fn gib(b: u64) -> String {
@@ -162,6 +184,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             owners: HashMap::new(),
             state_dir,
             first: HashSet::new(),
+            ambiguous: HashSet::new(),
         }
     }
 
@@ -171,31 +194,92 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
     }
 
     /// The slice `pid` belongs to, from the host's view, and its start time.
-    fn slice_of(&self, pid: u32, members: &[Membership]) -> Option<(usize, u64)> {
-        let me = self.host.process(pid)?;
-        if let Some(i) = members.iter().position(|m| {
-            m.cgroup
-                .as_deref()
-                .is_some_and(|cg| me.cgroups.iter().any(|c| under(c, cg)))
-        }) {
-            return Some((i, me.start));
+    ///
+    /// The most specific claim wins: the slice with the deepest cgroup that contains the
+    /// process, else the slice whose owner is the process's nearest owning ancestor. When two
+    /// slices make the same claim (the same cgroup, or the same owner process) the process is
+    /// [`Attribution::Ambiguous`]: NVML's per-process figures cannot be split between them, and
+    /// charging one slice with both slices' processes flags honest tenants.
+    fn slice_of(&self, pid: u32, members: &[Membership]) -> Attribution {
+        let Some(me) = self.host.process(pid) else {
+            return Attribution::None;
+        };
+        let mut deepest: Option<usize> = None;
+        let mut claims: Vec<usize> = Vec::new();
+        for (i, m) in members.iter().enumerate() {
+            let Some(cg) = m.cgroup.as_deref() else {
+                continue;
+            };
+            if !me.cgroups.iter().any(|c| under(c, cg)) {
+                continue;
+            }
+            let depth = cg.trim_end_matches('/').len();
+            match deepest {
+                Some(d) if d > depth => {}
+                Some(d) if d == depth => claims.push(i),
+                _ => {
+                    deepest = Some(depth);
+                    claims = vec![i];
+                }
+            }
+        }
+        if !claims.is_empty() {
+            return Attribution::of(claims, me.start);
         }
         // Descent from an owner process (bare `gpuslice run` slices, or a container's init).
         let (mut cur, mut info) = (pid, me.clone());
         for _ in 0..MAX_DEPTH {
-            if let Some(i) = members.iter().position(|m| {
-                m.owner
-                    .is_some_and(|(p, s)| p == cur && s.is_none_or(|s| s == info.start))
-            }) {
-                return Some((i, me.start));
+            let claims: Vec<usize> = members
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| {
+                    m.owner
+                        .is_some_and(|(p, s)| p == cur && s.is_none_or(|s| s == info.start))
+                })
+                .map(|(i, _)| i)
+                .collect();
+            if !claims.is_empty() {
+                return Attribution::of(claims, me.start);
             }
             if info.ppid <= 1 || info.ppid == cur {
-                return None;
+                return Attribution::None;
             }
             cur = info.ppid;
-            info = self.host.process(cur)?;
+            let Some(next) = self.host.process(cur) else {
+                return Attribution::None;
+            };
+            info = next;
         }
-        None
+        Attribution::None
+    }
+
+    /// [`Self::slice_of`] for a check: an ambiguous process is left out (it is not acted on),
+    /// and the slices it could belong to are named in a warning once.
+    fn attribute(
+        &mut self,
+        pid: u32,
+        members: &[Membership],
+        slices: &[SliceStatus],
+    ) -> Option<(usize, u64)> {
+        match self.slice_of(pid, members) {
+            Attribution::Slice(i, start) => Some((i, start)),
+            Attribution::None => None,
+            Attribution::Ambiguous(list) => {
+                let ids: Vec<&str> = list.iter().map(|&i| slices[i].slice_id.as_str()).collect();
+                let key = ids.join(",");
+                if self.ambiguous.len() >= 1024 {
+                    self.ambiguous.clear();
+                }
+                if self.ambiguous.insert(key) {
+                    tracing::warn!(
+                        "backstop cannot tell slices {} apart (the same cgroup or owner process): \
+                         their processes (pid {pid}) are not checked",
+                        ids.join(", ")
+                    );
+                }
+                None
+            }
+        }
     }
 
     fn membership(&mut self, slices: &[SliceStatus]) -> Vec<Membership> {
@@ -230,6 +314,17 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
         slices: &[SliceStatus],
         sched: Option<&SchedulerStatus>,
     ) -> Vec<BackstopEvent> {
+        self.tick_with(slices, || sched.cloned())
+    }
+
+    /// [`Self::tick`], reading the scheduler's status with `sched` only after NVML: the charged
+    /// time then never lags the device time it is compared with (a thread preempted between
+    /// the two reads would otherwise see device time the scheduler charges a moment later).
+    pub fn tick_with(
+        &mut self,
+        slices: &[SliceStatus],
+        sched: impl FnOnce() -> Option<SchedulerStatus>,
+    ) -> Vec<BackstopEvent> {
         let members = self.membership(slices);
         let mut devices: Vec<u32> = slices
             .iter()
@@ -237,10 +332,8 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             .collect();
         devices.sort_unstable();
         devices.dedup();
-        let mut found = Vec::new();
-        let mut over: HashSet<(String, u32, &'static str)> = HashSet::new();
+        let mut seen = Vec::with_capacity(devices.len());
         for dev in devices {
-            // Memory.
             let procs = match self.gpu.processes(dev) {
                 Ok(p) => p,
                 Err(e) => {
@@ -248,9 +341,24 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                     Vec::new()
                 }
             };
+            let busy = match self.gpu.busy_since_last(dev) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::debug!("backstop: NVML utilisation of device {dev}: {e}");
+                    Vec::new()
+                }
+            };
+            seen.push((dev, procs, busy));
+        }
+        let sched = sched();
+        let sched = sched.as_ref();
+        let mut found = Vec::new();
+        let mut over: HashSet<(String, u32, &'static str)> = HashSet::new();
+        for (dev, procs, busy) in seen {
+            // Memory.
             let mut by_slice: BTreeMap<usize, Vec<(u32, u64, u64)>> = BTreeMap::new();
             for p in &procs {
-                if let Some((i, start)) = self.slice_of(p.pid, &members) {
+                if let Some((i, start)) = self.attribute(p.pid, &members, slices) {
                     by_slice
                         .entry(i)
                         .or_default()
@@ -304,13 +412,6 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 });
             }
             // Lease.
-            let busy = match self.gpu.busy_since_last(dev) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::debug!("backstop: NVML utilisation of device {dev}: {e}");
-                    Vec::new()
-                }
-            };
             let Some(sched) = sched else { continue };
             let first = self.first.insert(dev);
             let mut ran: BTreeMap<usize, (u64, Vec<(u32, u64)>)> = BTreeMap::new();
@@ -318,7 +419,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 if ns == 0 {
                     continue;
                 }
-                if let Some((i, start)) = self.slice_of(pid, &members) {
+                if let Some((i, start)) = self.attribute(pid, &members, slices) {
                     let e = ran.entry(i).or_default();
                     e.0 += ns;
                     e.1.push((pid, start));
@@ -349,8 +450,20 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                     entry.1.pop_front();
                 }
                 let excess: i64 = entry.1.iter().sum();
+                tracing::debug!(
+                    "backstop: slice {} device {dev}: ran {} µs, charged {} µs, excess over the \
+                     last {} checks {} µs (pids {pids:?})",
+                    s.slice_id,
+                    ran_ns / 1000,
+                    charged / 1000,
+                    entry.1.len(),
+                    excess / 1000,
+                );
                 let tol = i64::try_from(self.cfg.lease_tolerance.as_nanos()).unwrap_or(i64::MAX);
-                if excess > tol && !pids.is_empty() {
+                // The holder's time is charged when the scheduler next decides (or, for its last
+                // kernels, when its drain is reported): while it holds the lease its excess may
+                // be charging lag, judged once it no longer holds it.
+                if excess > tol && !pids.is_empty() && !share.holding {
                     over.insert((s.slice_id.clone(), dev, "lease"));
                     found.push(Violation {
                         slice: i,
@@ -719,8 +832,7 @@ pub fn spawn(
                 let slices: Vec<SliceStatus> = st.admission().slices().cloned().collect();
                 (slices, st.scheduler().cloned())
             };
-            let status = sched.map(|s| s.status());
-            let events = b.tick(&slices, status.as_ref());
+            let events = b.tick_with(&slices, || sched.map(|s| s.status()));
             record(&events);
             std::thread::sleep(period);
         })
@@ -730,6 +842,196 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct NoGpu;
+    impl GpuSource for NoGpu {
+        fn processes(&mut self, _: u32) -> Result<Vec<GpuProcess>, String> {
+            Ok(Vec::new())
+        }
+        fn busy_since_last(&mut self, _: u32) -> Result<Vec<(u32, u64)>, String> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// A fake host: pid → (start, ppid, cgroup); acting on anything is an error.
+    struct Procs(HashMap<u32, HostProc>);
+    impl Host for Procs {
+        fn process(&self, pid: u32) -> Option<HostProc> {
+            self.0.get(&pid).cloned()
+        }
+        fn kill(&mut self, _: u32, _: u64) -> io::Result<()> {
+            Err(io::Error::other("no"))
+        }
+        fn stop(&mut self, _: u32, _: u64) -> io::Result<()> {
+            Err(io::Error::other("no"))
+        }
+        fn freeze(&mut self, _: &str) -> io::Result<()> {
+            Err(io::Error::other("no"))
+        }
+    }
+
+    fn backstop(procs: &[(u32, u64, u32, &str)]) -> Backstop<NoGpu, Procs> {
+        let map = procs
+            .iter()
+            .map(|&(pid, start, ppid, cg)| {
+                let p = HostProc {
+                    start,
+                    ppid,
+                    cgroups: vec![cg.to_string()],
+                };
+                (pid, p)
+            })
+            .collect();
+        Backstop::new(BackstopConfig::default(), NoGpu, Procs(map), None)
+    }
+
+    fn member(cgroup: Option<&str>, owner: Option<(u32, u64)>) -> Membership {
+        Membership {
+            cgroup: cgroup.map(str::to_string),
+            owner: owner.map(|(p, s)| (p, Some(s))),
+        }
+    }
+
+    #[test]
+    fn slices_sharing_an_owner_cannot_claim_its_children() {
+        // Two slices admitted by the same process (as a test harness does): each tenant
+        // descends from both owners. The first slice used to win, and was charged with both
+        // tenants' device time.
+        let b = backstop(&[(10, 100, 1, "/u"), (11, 110, 10, "/u"), (12, 120, 10, "/u")]);
+        let m = [member(None, Some((10, 100))), member(None, Some((10, 100)))];
+        assert_eq!(b.slice_of(11, &m), Attribution::Ambiguous(vec![0, 1]));
+        assert_eq!(b.slice_of(12, &m), Attribution::Ambiguous(vec![0, 1]));
+        // Each tenant its own owner (a process that execs the workload): exact.
+        let m = [member(None, Some((11, 110))), member(None, Some((12, 120)))];
+        assert_eq!(b.slice_of(11, &m), Attribution::Slice(0, 110));
+        assert_eq!(b.slice_of(12, &m), Attribution::Slice(1, 120));
+        assert_eq!(b.slice_of(10, &m), Attribution::None);
+        assert_eq!(b.slice_of(99, &m), Attribution::None);
+    }
+
+    #[test]
+    fn the_nearest_owner_and_the_deepest_cgroup_win() {
+        let b = backstop(&[
+            (10, 100, 1, "/u"),
+            (11, 110, 10, "/u"),
+            (12, 120, 11, "/u"),
+            (20, 200, 1, "/pods/p/c"),
+            (21, 210, 20, "/pods/p/c/sub"),
+        ]);
+        // "outer" owns 10, "inner" owns 11 (a slice started inside another's tree): 12 is inner's.
+        let m = [member(None, Some((10, 100))), member(None, Some((11, 110)))];
+        assert_eq!(b.slice_of(12, &m), Attribution::Slice(1, 120));
+        // The pod's cgroup and the container's below it: the container's slice, whatever the order.
+        for (pod, ctr) in [(0, 1), (1, 0)] {
+            let mut m = vec![member(None, None), member(None, None)];
+            m[pod].cgroup = Some("/pods/p/".into());
+            m[ctr].cgroup = Some("/pods/p/c".into());
+            assert_eq!(b.slice_of(21, &m), Attribution::Slice(ctr, 210));
+        }
+        // The same cgroup twice: ambiguous (trailing slashes do not make it deeper).
+        let m = [
+            member(Some("/pods/p/c/"), None),
+            member(Some("/pods/p/c"), None),
+        ];
+        assert_eq!(b.slice_of(21, &m), Attribution::Ambiguous(vec![0, 1]));
+    }
+
+    #[test]
+    fn an_ambiguous_process_is_warned_about_once_and_not_attributed() {
+        let mut b = backstop(&[(10, 100, 1, "/u"), (11, 110, 10, "/u")]);
+        let m = [member(None, Some((10, 100))), member(None, Some((10, 100)))];
+        let slices: Vec<SliceStatus> = ["a", "b"]
+            .iter()
+            .map(|id| SliceStatus {
+                slice_id: id.to_string(),
+                request: Default::default(),
+                owner: Default::default(),
+                devices: Vec::new(),
+            })
+            .collect();
+        assert_eq!(b.attribute(11, &m, &slices), None);
+        assert_eq!(b.attribute(11, &m, &slices), None);
+        assert_eq!(b.ambiguous.len(), 1);
+        assert!(b.ambiguous.contains("a,b"));
+    }
+
+    /// Device time per tick of one process (pid 11).
+    struct Busy(u64);
+    impl GpuSource for Busy {
+        fn processes(&mut self, _: u32) -> Result<Vec<GpuProcess>, String> {
+            Ok(Vec::new())
+        }
+        fn busy_since_last(&mut self, _: u32) -> Result<Vec<(u32, u64)>, String> {
+            Ok(vec![(11, self.0)])
+        }
+    }
+
+    fn status(charged_ns: u64, holding: bool) -> SchedulerStatus {
+        use crate::sched::{DeviceSched, SliceShare};
+        SchedulerStatus {
+            devices: vec![DeviceSched {
+                slices: vec![SliceShare {
+                    slice_id: "a".into(),
+                    charged_ns,
+                    holding,
+                    ..SliceShare::default()
+                }],
+                ..DeviceSched::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn a_holders_charging_lag_is_judged_once_it_lets_go() {
+        const MS: u64 = 1_000_000;
+        let mut procs = HashMap::new();
+        procs.insert(
+            11,
+            HostProc {
+                start: 5,
+                ppid: 1,
+                cgroups: vec!["/u".into()],
+            },
+        );
+        let slices = vec![SliceStatus {
+            slice_id: "a".into(),
+            request: Default::default(),
+            owner: gpuslice_api::Owner {
+                pid: Some(11),
+                ..Default::default()
+            },
+            devices: vec![gpuslice_api::AssignedDevice {
+                index: 0,
+                uuid: "GPU-0".into(),
+                name: "sim".into(),
+                memory_total: 1 << 30,
+                memory_cap: None,
+            }],
+        }];
+        let run = |catch_up: u64| {
+            let mut b = Backstop::new(
+                BackstopConfig::default(),
+                Busy(250 * MS),
+                Procs(procs.clone()),
+                None,
+            );
+            // Baseline, then a second and a half of holding the lease while the scheduler's
+            // loop (starved of CPU) charges nothing: not judged while it holds.
+            assert!(b.tick_with(&slices, || Some(status(0, true))).is_empty());
+            for _ in 0..6 {
+                assert!(b.tick_with(&slices, || Some(status(0, true))).is_empty());
+            }
+            // It lets go; the scheduler charged `catch_up` meanwhile.
+            b.tick_with(&slices, || Some(status(catch_up, false)))
+        };
+        // Charged in full (lease time caught up): nothing.
+        assert!(run(1750 * MS).is_empty());
+        // Never charged (it ran beside the lease): flagged as soon as it no longer holds it.
+        let ev = run(0);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(ev[0].kind, "lease");
+        assert_eq!(ev[0].pids, vec![11]);
+    }
 
     #[test]
     fn parses_stat_with_spaces_and_parens_in_the_name() {

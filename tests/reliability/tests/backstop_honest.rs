@@ -1,44 +1,59 @@
 //! The backstop must never act on honest tenants: two interposed tenants saturating the device
 //! at 30/70 for 10 s (nothing bypasses the interposer, nothing is hostile) must leave no
-//! backstop action in the arbiter's log. Known failure, found while running the reliability
-//! trials (`docs/reliability.md`, "Findings"): the lease check flags the 30 % slice ("ran kernels
-//! without the lease") and names both tenants' pids; with `lease = "kill"` both would be killed.
-//! The backstop belongs to `arbiter/src/backstop.rs`; run with `--ignored` to see it.
+//! backstop action in the arbiter's log.
+//!
+//! Each slice is owned by its own tenant process, as `gpuslice run` and containers are: the
+//! tenant is spawned as a shell that waits on its stdin, the slice is admitted with that pid as
+//! its owner, and then the shell execs the workload (same pid, same start time). Two slices
+//! owned by one process cannot be told apart from the host, and the backstop leaves such
+//! processes unchecked (`docs/threat-model.md`); the first version of this test admitted both
+//! slices for the test process, and the backstop then charged slice `a` with both tenants'
+//! device time (`docs/reliability.md`, "Findings" 6).
 
 use gpuslice_reliability::node::profile_dir;
 use gpuslice_reliability::{field, Node, Tenant};
+use std::path::Path;
 use std::time::Duration;
 
 #[test]
-#[ignore = "known backstop bug: honest interposed tenants are flagged for launching without the lease"]
 fn honest_tenants_are_never_flagged() {
     let n = Node::start("honest").expect("node");
-    let a = n.admit("a", "\"memory\":\"512Mi\",\"compute\":30");
-    let b = n.admit("b", "\"memory\":\"512Mi\",\"compute\":70");
     let w = profile_dir().join("gpuslice-workload");
-    let mut ts: Vec<Tenant> = [&a, &b]
-        .iter()
-        .map(|d| {
-            let mut c = n.tenant_command(&w, d);
-            c.args([
-                "--via",
-                "dlsym",
-                "saturate",
-                "--kernel-us",
-                "1000",
-                "--depth",
-                "2",
-                "--seconds",
-                "10",
-            ]);
-            Tenant::spawn(c).expect("tenant")
-        })
-        .collect();
-    for t in ts.iter_mut() {
-        let line = t.expect("kernels=", Duration::from_secs(60)).expect("done");
-        assert!(field::<u64>(&line, "kernels").unwrap_or(0) > 1000, "{line}");
+    let mut ts: Vec<(String, Tenant)> = Vec::new();
+    for (id, compute) in [("a", 30), ("b", 70)] {
+        let dir = n.state.join(id);
+        // The slice directory does not exist yet; the workload opens it after the exec.
+        let mut c = n.tenant_command(Path::new("/bin/sh"), &dir);
+        c.arg("-c")
+            .arg("read go && exec \"$0\" \"$@\"")
+            .arg(&w)
+            .args(["--via", "dlsym", "saturate", "--kernel-us", "1000"])
+            .args(["--depth", "2", "--seconds", "10"]);
+        let t = Tenant::spawn(c).expect("tenant");
+        let owner = t.pid();
+        n.req(&format!(
+            "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{\"memory\":\"512Mi\",\
+             \"compute\":{compute}}},\"owner\":{{\"pid\":{owner}}}"
+        ));
+        ts.push((id.to_string(), t));
+    }
+    for (_, t) in ts.iter_mut() {
+        t.send("go").expect("start the tenant");
+    }
+    for (id, t) in ts.iter_mut() {
+        let line = t
+            .expect("kernels=", Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("tenant {id}: {e}; log:\n{}", n.log()));
+        // The tenants must have run (how much depends on the machine's load; shares are the
+        // scheduler's tests' business, not this one's).
+        assert!(
+            field::<u64>(&line, "kernels").unwrap_or(0) > 0,
+            "{id}: {line}"
+        );
     }
     let log = n.log();
+    // The backstop saw each tenant as its own slice's (no "cannot tell slices apart").
+    assert!(!log.contains("cannot tell slices"), "{log}");
     let actions: Vec<_> = log.lines().filter(|l| l.contains("backstop:")).collect();
     assert!(
         actions.is_empty(),
