@@ -394,7 +394,7 @@ fn lintian(deb: &Path) {
     }
     let _ = exec(
         Command::new("lintian")
-            .arg("--no-tag-display-limit")
+            .args(["--tag-display-limit", "0"])
             .arg(deb),
     );
 }
