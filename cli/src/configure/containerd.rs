@@ -216,21 +216,36 @@ fn add_import(doc: &mut DocumentMut, path: &Path, drop_in: &Path) -> Result<(), 
 }
 
 /// Shell-style `*` / `?` matching (what containerd's `filepath.Glob` accepts for imports, bar
-/// character classes, which are compared literally).
+/// character classes, which are compared literally). Neither wildcard matches `/`. Runs in
+/// `O(pattern × name)`: an `imports` entry with many stars cannot stall the command.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    fn go(p: &[char], n: &[char]) -> bool {
-        match p.split_first() {
-            None => n.is_empty(),
-            Some(('*', rest)) => (0..=n.len())
-                .take_while(|&i| i == 0 || n[i - 1] != '/')
-                .any(|i| go(rest, &n[i..])),
-            Some(('?', rest)) => n.first().is_some_and(|&c| c != '/') && go(rest, &n[1..]),
-            Some((c, rest)) => n.first() == Some(c) && go(rest, &n[1..]),
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();
-    go(&p, &n)
+    // ok[j]: the pattern read so far matches the first j characters of the name.
+    let mut ok = vec![false; n.len() + 1];
+    ok[0] = true;
+    for p in pattern.chars() {
+        let mut next = vec![false; n.len() + 1];
+        match p {
+            '*' => {
+                next[0] = ok[0];
+                for j in 1..=n.len() {
+                    next[j] = ok[j] || (next[j - 1] && n[j - 1] != '/');
+                }
+            }
+            '?' => {
+                for j in 1..=n.len() {
+                    next[j] = ok[j - 1] && n[j - 1] != '/';
+                }
+            }
+            c => {
+                for j in 1..=n.len() {
+                    next[j] = ok[j - 1] && n[j - 1] == c;
+                }
+            }
+        }
+        ok = next;
+    }
+    ok[n.len()]
 }
 
 /// Adds or completes the class in a CRI plugin table; optional default runtime and CDI.
