@@ -15,6 +15,7 @@
 mod nsmount;
 mod privileges;
 mod standalone;
+mod state;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ use gpuslice_api::ErrorCode;
 use gpuslice_shim::client::{BindResult, Client, ClientError};
 use gpuslice_shim::ident::slice_id_for;
 use gpuslice_shim::Settings;
+use state::State;
 
 /// Largest state document read from stdin.
 const MAX_STATE: u64 = 1 << 20;
@@ -83,13 +85,6 @@ enum Stage {
     },
 }
 
-/// The fields of the OCI state this hook uses.
-struct State {
-    id: String,
-    pid: Option<u32>,
-    bundle: Option<PathBuf>,
-}
-
 fn read_state(timeout: Duration) -> Result<State> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -104,20 +99,7 @@ fn read_state(timeout: Duration) -> Result<State> {
         .recv_timeout(timeout)
         .map_err(|_| anyhow!("no container state on stdin within {timeout:?}"))?
         .context("reading the container state from stdin")?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&bytes).context("the container state on stdin is not JSON")?;
-    let id = v
-        .get("id")
-        .and_then(|x| x.as_str())
-        .ok_or_else(|| anyhow!("the container state has no \"id\""))?
-        .to_string();
-    let pid = v
-        .get("pid")
-        .and_then(|x| x.as_u64())
-        .and_then(|p| u32::try_from(p).ok())
-        .filter(|p| *p > 0);
-    let bundle = standalone::bundle_of(&v);
-    Ok(State { id, pid, bundle })
+    state::parse(&bytes)
 }
 
 /// The container's cgroup path from `/proc/<pid>/cgroup`: the v1 `memory` hierarchy, else

@@ -17,7 +17,7 @@
 //! container. With `fail = "open"` and the arbiter unreachable, the container starts and the
 //! interposer enforces `GPUSLICE_MEMORY` alone.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 use gpuslice_api::request::{DeviceRef, DeviceSelector};
@@ -149,11 +149,6 @@ pub fn create(
         slice_id: slice_id.to_string(),
         existing: adm.existing,
     })
-}
-
-/// The bundle path from the state JSON.
-pub fn bundle_of(v: &serde_json::Value) -> Option<PathBuf> {
-    v.get("bundle").and_then(|b| b.as_str()).map(PathBuf::from)
 }
 
 #[cfg(test)]
