@@ -41,7 +41,7 @@ const BASE: Expect = Expect {
 const ALLOWED_CAPS: &[(&str, &[&str])] = &[
     ("install", &["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"]),
     ("cdi", &["SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE"]),
-    ("arbiter", &["SYS_PTRACE"]),
+    ("arbiter", &["SYS_PTRACE", "KILL"]),
 ];
 
 fn docs() -> String {
@@ -270,6 +270,14 @@ fn check_rendering(e: &Expect) {
                     doc.contains(&format!("CAP_{cap}")),
                     "{dir}: CAP_{cap} not explained in docs/kubernetes.md"
                 );
+            }
+            // The arbiter without `privileged` gets only what it adds, and keeps what it needs:
+            // reclaim's ptrace check and the backstop's default `kill` action.
+            if name == "arbiter" {
+                let added = strs(&sc["capabilities"]["add"]);
+                for need in ["SYS_PTRACE", "KILL"] {
+                    assert!(added.contains(&need), "{dir}: arbiter does not add {need}");
+                }
             }
         }
     }
