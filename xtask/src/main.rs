@@ -6,11 +6,13 @@
 //!   `test --list` names them.
 //! - `bench NAME` runs a benchmark that prints ratios measured side by side in one run.
 //! - `demo` runs the main story on the simulated GPU (or the real one when a driver is present).
+//! - `fuzz [--time SECS] [TARGET…]` runs the cargo-fuzz targets in `fuzz/` (`docs/fuzzing.md`).
 
 mod bench;
 mod bench_share;
 mod demo;
 mod dist;
+mod fuzz;
 mod package;
 mod shell;
 mod simenv;
@@ -64,6 +66,17 @@ enum Command {
         #[arg(long)]
         sim: bool,
     },
+    /// Run the cargo-fuzz targets in fuzz/ (all when none is named) for a set time each.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = fuzz::DEFAULT_SECS)]
+        time: u64,
+        /// cargo-fuzz sanitizer: address or none.
+        #[arg(long, default_value = "address")]
+        sanitizer: String,
+        /// Targets to run, in order.
+        targets: Vec<String>,
+    },
 }
 
 fn main() {
@@ -80,5 +93,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Test { list, suites } => suites::run(list, &suites),
         Command::Bench { list, name, args } => bench::run(list, name.as_deref(), &args),
         Command::Demo { sim } => demo::run(sim),
+        Command::Fuzz {
+            time,
+            sanitizer,
+            targets,
+        } => fuzz::run(&fuzz::Options {
+            secs: time,
+            targets,
+            sanitizer,
+        }),
     }
 }

@@ -94,10 +94,18 @@ const SUITES: &[Suite] = &[
     },
     Suite {
         name: "deploy",
-        about: "packaging/kubernetes rendered offline by kubectl kustomize (sid's kubectl, installed \
+        about:
+            "packaging/kubernetes rendered offline by kubectl kustomize (sid's kubectl, installed \
                 first when root) and strictly checked against the Kubernetes API types",
         needs_root: false,
         run: deploy,
+    },
+    Suite {
+        name: "fuzz",
+        about: "cargo-fuzz targets (fuzz/): every target replays its committed corpus once \
+                (installs nightly and cargo-fuzz when missing); long runs: cargo xtask fuzz",
+        needs_root: false,
+        run: fuzz_smoke,
     },
     Suite {
         name: "xtask",
@@ -329,6 +337,10 @@ fn reliability() -> Result<()> {
         "--nocapture",
     ]);
     exec(&mut c)
+}
+
+fn fuzz_smoke() -> Result<()> {
+    crate::fuzz::smoke()
 }
 
 fn xtask_self() -> Result<()> {
