@@ -6,10 +6,10 @@
 //! device costs no CPU.
 
 use super::futex::{self, WaitWord, WAITV_MAX};
-use super::policy::{Decision, Observation, Params, Policy};
+use super::policy::{Decision, Observation, Params, Policy, MAX_DEMAND};
 use super::status::{DeviceSched, SliceShare};
 use gpuslice_region::layout::{LEASE_GENERATION_ONE, LEASE_HELD, LEASE_UNGATED};
-use gpuslice_region::{LeaseWriter, Usage};
+use gpuslice_region::{LeaseWriter, Usage, MAX_PROCS};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -325,7 +325,8 @@ impl Loop {
             let s = rt.usage.sched_sample(rt.entry);
             let word = rt.word().load(Relaxed);
             let obs = Observation {
-                waiting: s.demand > 0,
+                // An absurd count is no thread count: written by something else, read as idle.
+                waiting: s.demand > 0 && s.demand <= MAX_DEMAND,
                 active: holder == Some(i) && s.seen == word,
             };
             self.policy.observe(i, obs, now);
@@ -379,7 +380,10 @@ impl Loop {
             id: self.policy.slices()[h].id.clone(),
             grant: rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed)),
             start,
-            deadline: start + drain_timeout(self.policy.quantum()),
+            deadline: start
+                + self
+                    .policy
+                    .drain_bound(h, drain_timeout(self.policy.quantum())),
             near_at: None,
         })
     }
@@ -393,7 +397,8 @@ impl Loop {
         };
         let rt = &self.rt[i];
         let p = rt.usage.sched_sample(rt.entry).pending;
-        if (p >> 32) as u32 != d.grant || p as u32 == 0 {
+        // A count above the process records there can be is not a count: over.
+        if (p >> 32) as u32 != d.grant || p as u32 == 0 || p as u32 as usize > MAX_PROCS {
             return Some(false);
         }
         if now >= d.deadline {
@@ -472,9 +477,15 @@ impl Loop {
                 .policy
                 .holder()
                 .is_some_and(|h| self.policy.early_ok(h));
+        // A holder that launched nothing under this grant has nothing queued under it: its
+        // `pending` (tenant-writable) is not waited for.
+        let progressed = self.policy.holder_progressed();
         let Some(mut d) = self.revoke_start() else {
             return;
         };
+        if !progressed {
+            d.deadline = d.start;
+        }
         let (end, timed_out) = loop {
             let now = futex::now_ns();
             if let Some(t) = self.drain_over(&d, now) {

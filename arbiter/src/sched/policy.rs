@@ -112,6 +112,16 @@ pub struct Acct {
     pub last_kernel_ns: u64,
     /// Revokes since the last early hand-off (to re-measure a slice whose kernels were long).
     pub since_early: u32,
+    /// Consecutive leases in which the slice claimed demand but launched nothing (its `seen`
+    /// never matched the lease word): each one doubles [`Acct::backoff_until`].
+    pub strikes: u32,
+    /// Until then the slice's demand claims are ignored (see [`Policy::observe`]).
+    pub backoff_until: u64,
+    /// Consecutive drains that timed out: each one halves the next drain's bound
+    /// ([`Policy::drain_bound`]); a drain reported in time resets it.
+    pub timeout_streak: u32,
+    /// Leases lost for showing no progress (status and tests).
+    pub no_progress: u64,
 }
 
 /// Drain times kept per slice for the status's percentile.
@@ -137,7 +147,20 @@ struct Holder {
     /// the device is busy with that work, which the previous holder pays for, so this holder is
     /// charged only from the end of that drain ([`Policy::overrun`]).
     deferred: bool,
+    /// The holder's `seen` matched its lease word at least once during this lease.
+    progress: bool,
+    /// A check found the holder claiming demand without progress once already (the one grace a
+    /// slowly woken thread gets).
+    graced: bool,
 }
+
+/// Longest back-off of a slice that claims demand without launching: its demand is ignored
+/// for at most this long between two (half-quantum) trial leases.
+pub const MAX_BACKOFF_NS: u64 = 1_000_000_000;
+
+/// A `demand` above this is no thread count any process could have (a process has far fewer
+/// threads): the word was written by something else and is read as "not waiting".
+pub const MAX_DEMAND: u32 = 1 << 20;
 
 /// The scheduler of one device.
 #[derive(Clone, Debug)]
@@ -238,6 +261,10 @@ impl Policy {
             drains: Vec::new(),
             last_kernel_ns: 0,
             since_early: 0,
+            strikes: 0,
+            backoff_until: 0,
+            timeout_streak: 0,
+            no_progress: 0,
         });
         self.slices.len() - 1
     }
@@ -325,6 +352,12 @@ impl Policy {
         let Some(s) = self.slices.get_mut(i) else {
             return;
         };
+        // Demand claims of a slice that wasted its last lease are ignored until its back-off
+        // ends (its `demand` word is tenant-writable; only launches prove work).
+        let obs = Observation {
+            waiting: obs.waiting && (holder == Some(i) || now >= s.backoff_until),
+            active: obs.active,
+        };
         if s.obs.waiting && holder != Some(i) {
             s.wait_ns += dt;
         }
@@ -375,9 +408,16 @@ impl Policy {
         let Some(mut h) = self.holder else {
             return match self.pick(now) {
                 Some(i) => Decision::Grant(i),
-                None => Decision::Idle {
-                    wake_at: self.refill_time(now),
-                },
+                None => {
+                    let r = self.refill_time(now);
+                    let b = self.backoff_end(now);
+                    Decision::Idle {
+                        wake_at: match (r, b) {
+                            (Some(r), Some(b)) => Some(r.min(b)),
+                            (r, b) => r.or(b),
+                        },
+                    }
+                }
             };
         };
         if !h.deferred {
@@ -385,9 +425,16 @@ impl Policy {
             h.charged_to = now.max(h.charged_to);
         }
         self.holder = Some(h);
-        // The virtual clock follows the slice in service, so a slice that starts waiting during
-        // a long hold starts level with it (no credit for having been idle).
-        self.vclock = self.vclock.max(self.slices[h.idx].vtime);
+        // The virtual clock follows the busy slice furthest behind (the holder when alone), so
+        // a slice that starts waiting during a long hold starts level with it (no credit for
+        // having been idle). Not the holder's own virtual time: a light slice (best effort,
+        // weight 1 bp) charged one lease jumps far ahead, and slices coming back from idle
+        // must not be lifted up to it (they would then tie with it and lose their weights).
+        let behind = (0..self.slices.len())
+            .filter(|&i| i == h.idx || self.slices[i].obs.waiting)
+            .map(|i| self.slices[i].vtime)
+            .fold(f64::INFINITY, f64::min);
+        self.vclock = self.vclock.max(behind);
         let me = h.idx;
         let others = self.waiting_eligible(now, Some(me));
         let my = self.slices[me].params;
@@ -414,10 +461,24 @@ impl Policy {
         // nothing since the last check gives the lease up at once; otherwise the generation is
         // renewed so the next quantum's launches can be seen.
         let check_every = self.check_every(others.is_empty(), limited);
+        if obs.active && !h.progress {
+            h.progress = true;
+            self.slices[me].strikes = 0;
+        }
         if now.saturating_sub(h.checked_at) >= check_every {
-            if !(obs.active || obs.waiting) {
+            // Claimed demand counts as activity once per lease, before any progress, and only
+            // for a slice without strikes: a thread woken by the grant may not have run yet on
+            // a loaded host. A holder that shows no progress beyond that loses the lease and
+            // backs off (`no_progress`).
+            let grace = obs.waiting && !h.progress && !h.graced && self.slices[me].strikes == 0;
+            if !(obs.active || grace) {
+                if !h.progress {
+                    self.no_progress(me, now);
+                }
+                self.holder = Some(h);
                 return Decision::Revoke;
             }
+            h.graced |= grace;
             renew = true;
             h.checked_at = now;
         }
@@ -441,6 +502,44 @@ impl Policy {
             wake_at = wake_at.min(now + left as u64);
         }
         Decision::Keep { renew, wake_at }
+    }
+
+    /// Slice `i` held a lease and launched nothing in it although it claimed demand: its demand
+    /// claims are ignored for a back-off that doubles with every such lease in a row (one
+    /// quantum, two, … at most [`MAX_BACKOFF_NS`]); a lease with a launch resets it.
+    fn no_progress(&mut self, i: usize, now: u64) {
+        let q = self.quantum;
+        let s = &mut self.slices[i];
+        s.no_progress += 1;
+        let b = q.saturating_mul(1 << s.strikes.min(20)).min(MAX_BACKOFF_NS);
+        s.strikes = s.strikes.saturating_add(1);
+        s.backoff_until = now.saturating_add(b);
+    }
+
+    /// Whether the holder launched anything during its current lease. A holder that did not
+    /// has nothing queued under that grant, so its drain need not be waited for (a hostile
+    /// `pending` cannot hold the device).
+    pub fn holder_progressed(&self) -> bool {
+        self.holder.is_some_and(|h| h.progress)
+    }
+
+    /// How long the loop waits for slice `i`'s drain report after a revoke before charging it
+    /// the whole wait and moving on: `base`, halved for every drain of the slice in a row that
+    /// timed out, never below a quantum.
+    pub fn drain_bound(&self, i: usize, base: u64) -> u64 {
+        let streak = self.slices.get(i).map_or(0, |s| s.timeout_streak.min(16));
+        (base >> streak)
+            .max(self.quantum)
+            .min(base.max(self.quantum))
+    }
+
+    /// Earliest end of a back-off of a slice that claims demand (the loop must look again then).
+    fn backoff_end(&self, now: u64) -> Option<u64> {
+        self.slices
+            .iter()
+            .filter(|s| s.backoff_until > now && s.strikes > 0)
+            .map(|s| s.backoff_until)
+            .min()
     }
 
     /// How often the holder's activity is checked: every half quantum while others wait (so
@@ -506,6 +605,8 @@ impl Policy {
             checked_at: now,
             charged_to: now,
             deferred: self.overlap_open,
+            progress: false,
+            graced: false,
         });
     }
 
@@ -516,8 +617,19 @@ impl Policy {
             return;
         };
         self.charge(h.idx, h.charged_to, drained_at);
-        if timed_out {
-            self.slices[h.idx].drain_timeouts += 1;
+        self.drain_ended(h.idx, timed_out);
+    }
+
+    /// Counts a drain of slice `i` that timed out (or resets the streak of one reported in
+    /// time).
+    fn drain_ended(&mut self, i: usize, timed_out: bool) {
+        if let Some(s) = self.slices.get_mut(i) {
+            if timed_out {
+                s.drain_timeouts += 1;
+                s.timeout_streak = s.timeout_streak.saturating_add(1);
+            } else {
+                s.timeout_streak = 0;
+            }
         }
     }
 
@@ -576,9 +688,7 @@ impl Policy {
     pub fn overrun(&mut self, i: usize, from: u64, to: u64, timed_out: bool) {
         if i < self.slices.len() {
             self.charge(i, from, to);
-            if timed_out {
-                self.slices[i].drain_timeouts += 1;
-            }
+            self.drain_ended(i, timed_out);
         }
         self.overlap_open = false;
         if let Some(h) = &mut self.holder {
@@ -605,6 +715,8 @@ mod tests {
         now: u64,
         kernel: u64,
         demand: Vec<Box<dyn Fn(u64) -> bool>>,
+        /// Claims demand always but never launches (a hostile `demand` word).
+        liar: Vec<bool>,
         busy: Vec<u64>,
         since: u64,
     }
@@ -616,6 +728,7 @@ mod tests {
                 now: 0,
                 kernel,
                 demand: Vec::new(),
+                liar: Vec::new(),
                 busy: Vec::new(),
                 since: 0,
             }
@@ -623,15 +736,27 @@ mod tests {
         fn add(&mut self, id: &str, params: Params, demand: impl Fn(u64) -> bool + 'static) {
             self.p.set_slice(id, params, self.now);
             self.demand.push(Box::new(demand));
+            self.liar.push(false);
             self.busy.push(0);
+        }
+        fn add_liar(&mut self, id: &str, params: Params) {
+            self.add(id, params, |_| false);
+            *self.liar.last_mut().expect("added") = true;
         }
         fn observe(&mut self) {
             let h = self.p.holder();
             for i in 0..self.demand.len() {
                 let d = (self.demand[i])(self.now);
-                let obs = Observation {
-                    waiting: d && h != Some(i),
-                    active: d && h == Some(i),
+                let obs = if self.liar[i] {
+                    Observation {
+                        waiting: true,
+                        active: false,
+                    }
+                } else {
+                    Observation {
+                        waiting: d && h != Some(i),
+                        active: d && h == Some(i),
+                    }
                 };
                 self.p.observe(i, obs, self.now);
             }
@@ -700,6 +825,167 @@ mod tests {
                 assert!((s[1] - 0.70).abs() < 0.03, "kernel {kernel}: {s:?}");
             }
         }
+    }
+
+    /// A slice whose `demand` word always claims waiting threads but which never launches
+    /// (hostile bytes over its `usage`): its neighbours keep their 30/70 split and the device
+    /// its throughput, whether the liar is best effort or holds a guarantee of its own (it may
+    /// waste at most that; the rest goes to the honest slices).
+    #[test]
+    fn false_demand_does_not_move_neighbours_shares() {
+        for (hg, ag, bg) in [(0, 30, 70), (30, 21, 49)] {
+            let mut f = Fake::new(5 * MS, MS);
+            f.add_liar("h", g(hg));
+            f.add("a", g(ag), |_| true);
+            f.add("b", g(bg), |_| true);
+            f.run(200 * MS);
+            f.shares();
+            for _ in 0..3 {
+                f.run(f.now + 1000 * MS);
+                let s = f.shares();
+                let ab = s[1] + s[2];
+                assert!((s[1] / ab - 0.30).abs() < 0.03, "liar {hg}: {s:?}");
+                assert!(ab > 0.97, "liar {hg}: device wasted: {s:?}");
+            }
+            assert!(f.p.slices()[0].no_progress > 0);
+        }
+    }
+
+    /// The rules one by one: a holder claiming demand without launching gets one grace check
+    /// (a slowly woken thread), then loses the lease; its demand is ignored for a back-off that
+    /// doubles per wasted lease (no grace any more: revoked at the first check, half a quantum)
+    /// up to [`MAX_BACKOFF_NS`]; one launch resets it.
+    #[test]
+    fn no_progress_holder_is_revoked_and_backs_off() {
+        let q = 5 * MS;
+        let mut p = Policy::new(q);
+        let h = p.set_slice("h", g(50), 0);
+        let a = p.set_slice("a", g(50), 0);
+        let lie = Observation {
+            waiting: true,
+            active: false,
+        };
+        let look = |p: &mut Policy, h_obs: Observation, now: u64| {
+            p.observe(h, h_obs, now);
+            p.observe(a, lie, now);
+            p.observed(now);
+        };
+        p.granted(h, 0);
+        look(&mut p, lie, q / 2);
+        assert!(matches!(
+            p.decide(q / 2),
+            Decision::Keep { renew: true, .. }
+        ));
+        look(&mut p, lie, q);
+        assert_eq!(p.decide(q), Decision::Revoke);
+        assert!(!p.holder_progressed());
+        p.revoked(q, false);
+        assert_eq!(p.slices()[h].strikes, 1);
+        assert_eq!(p.slices()[h].backoff_until, 2 * q);
+        // During the back-off only `a` is seen waiting.
+        look(&mut p, lie, q + 1);
+        assert_eq!(p.decide(q + 1), Decision::Grant(a));
+        p.granted(a, q + 1);
+        p.observe(
+            a,
+            Observation {
+                waiting: false,
+                active: true,
+            },
+            q + 2,
+        );
+        p.observe(h, lie, q + 2);
+        p.observed(q + 2);
+        assert!(!p.slices()[h].obs.waiting);
+        p.revoked(q + 2, false);
+        // After it, a second lease without progress ends at the first check, and the
+        // back-off doubles; it never exceeds the maximum.
+        let mut now = 3 * q;
+        let mut last = q;
+        for k in 2..16u32 {
+            look(&mut p, lie, now);
+            p.observe(a, Observation::default(), now);
+            p.observed(now);
+            assert_eq!(p.decide(now), Decision::Grant(h), "round {k}");
+            p.granted(h, now);
+            let t = now + q / 2;
+            look(&mut p, lie, t);
+            p.observe(a, Observation::default(), t);
+            p.observed(t);
+            // Alone it would be checked every 100 ms; `a` waits, so at half a quantum.
+            p.observe(a, lie, t);
+            p.observed(t);
+            assert_eq!(p.decide(t), Decision::Revoke, "round {k}");
+            p.revoked(t, false);
+            let b = p.slices()[h].backoff_until - t;
+            assert!(
+                b == (last * 2).min(MAX_BACKOFF_NS),
+                "round {k}: back-off {b}"
+            );
+            last = b;
+            now = p.slices()[h].backoff_until;
+        }
+        assert_eq!(last, MAX_BACKOFF_NS);
+        // One launch ends the strikes.
+        look(&mut p, lie, now);
+        p.observe(a, Observation::default(), now);
+        p.observed(now);
+        assert_eq!(p.decide(now), Decision::Grant(h));
+        p.granted(h, now);
+        p.observe(
+            h,
+            Observation {
+                waiting: false,
+                active: true,
+            },
+            now + 1,
+        );
+        p.observe(a, Observation::default(), now + 1);
+        p.observed(now + 1);
+        assert!(matches!(p.decide(now + 1), Decision::Keep { .. }));
+        assert!(p.holder_progressed());
+        assert_eq!(p.slices()[h].strikes, 0);
+    }
+
+    /// Drains that time out shorten the slice's next drain bound (halving, down to a quantum);
+    /// one reported in time restores it.
+    #[test]
+    fn drain_bound_halves_with_timeouts_and_recovers() {
+        let q = 5 * MS;
+        let base = 250 * MS;
+        let mut p = Policy::new(q);
+        let h = p.set_slice("h", g(50), 0);
+        assert_eq!(p.drain_bound(h, base), base);
+        let mut want = base;
+        for k in 0..8 {
+            p.granted(h, k * MS);
+            p.revoked(k * MS + 1, true);
+            want = (want / 2).max(q);
+            assert_eq!(p.drain_bound(h, base), want, "after {} timeouts", k + 1);
+        }
+        assert_eq!(want, q);
+        assert_eq!(p.slices()[h].drain_timeouts, 8);
+        // A background (preempted / early) drain counts the same way.
+        p.overrun(h, 0, 1, false);
+        assert_eq!(p.drain_bound(h, base), base);
+        assert_eq!(p.drain_bound(usize::MAX, base), base);
+    }
+
+    /// A light slice (best effort beside 100 % of guarantees, weight 1 bp) charged one lease
+    /// jumps far ahead in virtual time; a slice coming back from idle must not be lifted up to
+    /// it (it would then tie with the light slice and lose its weight).
+    #[test]
+    fn light_holder_does_not_drag_the_virtual_clock() {
+        let mut f = Fake::new(5 * MS, MS);
+        f.add("be", Params::default(), |_| true);
+        f.add("a", g(30), |t| t % (100 * MS) < 80 * MS);
+        f.add("b", g(70), |_| true);
+        f.run(200 * MS);
+        f.shares();
+        f.run(f.now + 2000 * MS);
+        let s = f.shares();
+        assert!(s[0] < 0.02, "best effort took {s:?}");
+        assert!(s[1] > 0.15, "a lost its weight: {s:?}");
     }
 
     #[test]
