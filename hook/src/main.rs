@@ -18,7 +18,7 @@ mod standalone;
 mod state;
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -28,6 +28,7 @@ use clap::{Parser, Subcommand};
 use gpuslice_api::ErrorCode;
 use gpuslice_shim::client::{BindResult, Client, ClientError};
 use gpuslice_shim::ident::slice_id_for;
+use gpuslice_shim::lifecycle::cgroup_of;
 use gpuslice_shim::Settings;
 use state::State;
 
@@ -100,22 +101,6 @@ fn read_state(timeout: Duration) -> Result<State> {
         .map_err(|_| anyhow!("no container state on stdin within {timeout:?}"))?
         .context("reading the container state from stdin")?;
     state::parse(&bytes)
-}
-
-/// The container's cgroup path from `/proc/<pid>/cgroup`: the v1 `memory` hierarchy, else
-/// `pids`, else the unified (v2) entry.
-fn cgroup_of(proc_root: &Path, pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
-    let by = |want: &dyn Fn(&str) -> bool| {
-        text.lines().find_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let (_, ctrl, path) = (it.next()?, it.next()?, it.next()?);
-            (want(ctrl) && !path.is_empty()).then(|| path.to_string())
-        })
-    };
-    by(&|c| c.split(',').any(|x| x == "memory"))
-        .or_else(|| by(&|c| c.split(',').any(|x| x == "pids")))
-        .or_else(|| by(&|c| c.is_empty()))
 }
 
 fn main() -> ExitCode {
@@ -210,30 +195,5 @@ fn run(cli: &Cli) -> Result<()> {
             Ok(())
         }
         Stage::Prestart | Stage::MountSlice { .. } => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cgroup_lines() {
-        let root = std::env::temp_dir().join(format!("gs-h9-cg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(root.join("42")).unwrap();
-        std::fs::write(
-            root.join("42/cgroup"),
-            "12:pids:/default/c1\n5:cpu,cpuacct:/default/c1\n4:memory:/default/c1m\n0::/\n",
-        )
-        .unwrap();
-        assert_eq!(cgroup_of(&root, 42).as_deref(), Some("/default/c1m"));
-        std::fs::write(root.join("42/cgroup"), "0::/system.slice/x.scope\n").unwrap();
-        assert_eq!(
-            cgroup_of(&root, 42).as_deref(),
-            Some("/system.slice/x.scope")
-        );
-        assert_eq!(cgroup_of(&root, 43), None);
-        let _ = std::fs::remove_dir_all(&root);
     }
 }
