@@ -217,6 +217,13 @@ impl Containerd {
             .arg(runc_binary)
             .arg("--runc-root")
             .arg(self.dir.join("runc"));
+        self.finish_run(c, id, run)
+    }
+
+    /// Completes a `ctr run` whose runtime options `c` already holds: adds `run`'s annotations,
+    /// environment, bind mounts, [`IMAGE`], `id` and arguments, runs it under `run.timeout`, and
+    /// removes what is left of the container.
+    pub fn finish_run(&self, mut c: Command, id: &str, run: &CtrRun) -> Result<Output> {
         for (k, v) in &run.annotations {
             c.arg("--annotation").arg(format!("{k}={v}"));
         }

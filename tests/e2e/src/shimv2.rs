@@ -5,9 +5,8 @@
 //! (our proxies, the runc-v2 shims) among the test's descendants.
 
 use crate::containerd::{Containerd, CtrRun};
-use crate::image::IMAGE;
 use crate::paths::{self, ContainerdBins};
-use crate::procs::{self, run_timeout};
+use crate::procs;
 use anyhow::Result;
 use std::process::Output;
 
@@ -48,28 +47,12 @@ pub fn cri_runtime_class(bins: &ContainerdBins, handler: &str) -> String {
     }
 }
 
-/// `ctr run --rm --runtime io.containerd.gpuslice.v2` of [`IMAGE`]; removes what is left.
+/// `ctr run --rm --runtime io.containerd.gpuslice.v2` of [`crate::image::IMAGE`]; removes what
+/// is left.
 pub fn ctr_run(ctd: &Containerd, id: &str, run: &CtrRun) -> Result<Output> {
     let mut c = ctd.ctr();
     c.args(["run", "--rm", "--net-host", "--runtime", RUNTIME]);
-    for (k, v) in &run.annotations {
-        c.arg("--annotation").arg(format!("{k}={v}"));
-    }
-    for e in &run.env {
-        c.arg("--env").arg(e);
-    }
-    for b in &run.binds {
-        let mode = if b.ro { "rbind:ro" } else { "rbind:rw" };
-        c.arg("--mount").arg(format!(
-            "type=bind,src={},dst={},options={mode}",
-            b.src.display(),
-            b.dst
-        ));
-    }
-    c.arg(IMAGE).arg(id).args(&run.args);
-    let out = run_timeout(&mut c, run.timeout);
-    ctd.remove(id);
-    out
+    ctd.finish_run(c, id, run)
 }
 
 /// Our proxy processes among the test's descendants (`containerd-shim-gpuslice-v2 … -socket …`).
