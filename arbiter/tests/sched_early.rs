@@ -4,33 +4,15 @@
 //! on, so the overlap is charged once.
 
 use gpuslice_arbiter::sched::{Params, Scheduler};
-use gpuslice_region::layout::{LEASE_HELD, LIMITS_FLAG_LEASED};
-use gpuslice_region::{create_slice, DeviceSpec, Lease, SliceSpec, Usage};
-use std::path::{Path, PathBuf};
+use gpuslice_region::layout::LEASE_HELD;
+use gpuslice_region::{Lease, Usage};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
 use std::time::{Duration, Instant};
 
-fn slice_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpuslice-early-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    let spec = SliceSpec {
-        devices: vec![DeviceSpec::default()],
-        flags: LIMITS_FLAG_LEASED,
-    };
-    assert!(create_slice(&d, &spec, false).unwrap());
-    d
-}
-
-fn futex(addr: *const u32, op: i32, val: u32, timeout_ms: u64) {
-    let ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: (timeout_ms * 1_000_000) as libc::c_long,
-    };
-    // SAFETY: `addr` is a word of a live mapping held by the caller; `ts` outlives the call.
-    unsafe { libc::syscall(libc::SYS_futex, addr, op, val, &ts as *const libc::timespec) };
-}
+mod gate_words;
+use gate_words::{futex, slice_dir};
 
 fn add(word: &AtomicU64, grant: u32) {
     let mut p = word.load(Acquire);
@@ -101,7 +83,10 @@ fn one_lease(dir: &Path, last_kernel: Duration) -> (Instant, Instant) {
 #[test]
 fn next_slice_is_granted_while_the_last_kernel_runs_and_charged_after_it() {
     let sched = Scheduler::new(Duration::from_millis(5));
-    let (da, db) = (slice_dir("a"), slice_dir("b"));
+    let (da, db) = (
+        slice_dir("gpuslice-early", "a"),
+        slice_dir("gpuslice-early", "b"),
+    );
     let p = Params {
         guarantee: 5000,
         ..Params::default()

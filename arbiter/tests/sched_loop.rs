@@ -4,34 +4,16 @@
 //! while `HELD`, register in `pending` and report the drain after a revoke.
 
 use gpuslice_arbiter::sched::{Params, Scheduler};
-use gpuslice_region::layout::{LEASE_HELD, LIMITS_FLAG_LEASED};
-use gpuslice_region::{create_slice, DeviceSpec, Lease, SliceSpec, Usage};
-use std::path::{Path, PathBuf};
+use gpuslice_region::layout::LEASE_HELD;
+use gpuslice_region::{Lease, Usage};
+use std::path::Path;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn slice_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gpuslice-h7-loop-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    let spec = SliceSpec {
-        devices: vec![DeviceSpec::default()],
-        flags: LIMITS_FLAG_LEASED,
-    };
-    assert!(create_slice(&d, &spec, false).unwrap());
-    d
-}
-
-fn futex(addr: *const u32, op: i32, val: u32, timeout_ms: u64) {
-    let ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: (timeout_ms * 1_000_000) as libc::c_long,
-    };
-    // SAFETY: `addr` is a word of a live mapping held by the caller; `ts` outlives the call.
-    unsafe { libc::syscall(libc::SYS_futex, addr, op, val, &ts as *const libc::timespec) };
-}
+mod gate_words;
+use gate_words::{futex, slice_dir};
 
 /// A fake tenant: returns the ns it "ran kernels" while holding the lease.
 fn tenant(dir: &Path, stop: Arc<AtomicBool>, busy: Arc<AtomicU64>) {
@@ -107,7 +89,10 @@ fn params(pct: u32) -> Params {
 #[test]
 fn loop_splits_30_70_and_applies_an_update() {
     let sched = Scheduler::new(Duration::from_millis(5));
-    let (da, db) = (slice_dir("a"), slice_dir("b"));
+    let (da, db) = (
+        slice_dir("gpuslice-h7-loop", "a"),
+        slice_dir("gpuslice-h7-loop", "b"),
+    );
     sched.add(0, "a", &da, 0, params(30));
     sched.add(0, "b", &db, 0, params(70));
     let stop = Arc::new(AtomicBool::new(false));
@@ -155,7 +140,7 @@ fn loop_splits_30_70_and_applies_an_update() {
 #[test]
 fn lone_slice_keeps_the_lease_and_an_idle_device_costs_nothing() {
     let sched = Scheduler::new(Duration::from_millis(5));
-    let d = slice_dir("lone");
+    let d = slice_dir("gpuslice-h7-loop", "lone");
     sched.add(0, "lone", &d, 0, params(0));
     let stop = Arc::new(AtomicBool::new(false));
     let busy = Arc::new(AtomicU64::new(0));
