@@ -7,6 +7,7 @@ use crate::image::IMAGE;
 use crate::paths::DockerBins;
 use crate::procs::{run_ok, run_timeout};
 use crate::scratch::Scratch;
+use crate::sim::Bind;
 use anyhow::Result;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -128,4 +129,29 @@ impl Drop for Dockerd {
             }
         }
     }
+}
+
+/// `docker run` arguments: `-e` for each of `env`, `-v SRC:DST:ro|rw` for each of `binds`, then
+/// `extra`, the image and the command.
+pub fn run_args(
+    env: Vec<String>,
+    binds: Vec<Bind>,
+    extra: &[&str],
+    image: &str,
+    cmd: Vec<String>,
+) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    for e in env {
+        a.push("-e".into());
+        a.push(e);
+    }
+    for b in binds {
+        let mode = if b.ro { "ro" } else { "rw" };
+        a.push("-v".into());
+        a.push(format!("{}:{}:{mode}", b.src.display(), b.dst));
+    }
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a.push(image.into());
+    a.extend(cmd);
+    a
 }

@@ -5,7 +5,7 @@
 
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::docker::Dockerd;
+use gpuslice_e2e::docker::{self, Dockerd};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths;
@@ -19,24 +19,13 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(180);
 
 fn docker_args(node: &Node, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = Vec::new();
-    for e in node.sim.container_env() {
-        a.push("-e".into());
-        a.push(e);
-    }
-    for b in node.sim.container_binds() {
-        a.push("-v".into());
-        a.push(format!(
-            "{}:{}:{}",
-            b.src.display(),
-            b.dst,
-            if b.ro { "ro" } else { "rw" }
-        ));
-    }
-    a.extend(extra.iter().map(|s| s.to_string()));
-    a.push(IMAGE.into());
-    a.extend(info_and_fill());
-    a
+    docker::run_args(
+        node.sim.container_env(),
+        node.sim.container_binds(),
+        extra,
+        IMAGE,
+        info_and_fill(),
+    )
 }
 
 /// The containerd each Docker runs on: its own distribution's (20.10: bookworm's 1.6, 26: trixie's 1.7).

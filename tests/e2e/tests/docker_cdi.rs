@@ -10,7 +10,7 @@
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::cdi;
 use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::docker::Dockerd;
+use gpuslice_e2e::docker::{self, Dockerd};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths;
@@ -61,21 +61,13 @@ fn docker_26_cdi_device_with_gpuslice_memory_enforces_the_cap() -> anyhow::Resul
     dk.import(&node.image.layer)?;
     let before = Snapshot::take(Some(&arbiter.state_dir));
 
-    let mut args: Vec<String> = vec![
-        "--device".into(),
-        cdi::DEVICE.into(),
-        "-e".into(),
-        "GPUSLICE_MEMORY=1Gi".into(),
-    ];
-    for e in cdi::container_env() {
-        args.extend(["-e".into(), e]);
-    }
-    for b in cdi::container_binds(&node) {
-        let mode = if b.ro { "ro" } else { "rw" };
-        args.extend(["-v".into(), format!("{}:{}:{mode}", b.src.display(), b.dst)]);
-    }
-    args.push(IMAGE.into());
-    args.extend(cdi::command());
+    let args = docker::run_args(
+        cdi::container_env(),
+        cdi::container_binds(&node),
+        &["--device", cdi::DEVICE, "-e", "GPUSLICE_MEMORY=1Gi"],
+        IMAGE,
+        cdi::command(),
+    );
     let run = dk.run(&args, T)?;
     let out = stdout_ok("docker 26 run --device gpuslice.io/gpu=0", &run).map_err(|e| {
         anyhow::anyhow!(

@@ -15,7 +15,7 @@
 
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::docker::Dockerd;
+use gpuslice_e2e::docker::{self, Dockerd};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::{self, IMAGE};
 use gpuslice_e2e::paths;
@@ -37,24 +37,13 @@ const PRELOAD_IMAGE: &str = "localhost/gpuslice-preload:latest";
 /// `docker run` arguments: the simulated driver's environment and mounts, `extra`, the image
 /// and the command.
 fn docker_args(node: &Node, extra: &[&str], image: &str, cmd: Vec<String>) -> Vec<String> {
-    let mut a: Vec<String> = Vec::new();
-    for e in node.sim.container_env() {
-        a.push("-e".into());
-        a.push(e);
-    }
-    for b in node.sim.container_binds() {
-        a.push("-v".into());
-        a.push(format!(
-            "{}:{}:{}",
-            b.src.display(),
-            b.dst,
-            if b.ro { "ro" } else { "rw" }
-        ));
-    }
-    a.extend(extra.iter().map(|s| s.to_string()));
-    a.push(image.into());
-    a.extend(cmd);
-    a
+    docker::run_args(
+        node.sim.container_env(),
+        node.sim.container_binds(),
+        extra,
+        image,
+        cmd,
+    )
 }
 
 #[test]
