@@ -179,6 +179,25 @@ pub struct ShareStatus {
     pub wait_ns: u64,
     /// It holds the lease now.
     pub holding: bool,
+    /// Consecutive leases in which the slice claimed demand at the gate but launched nothing
+    /// (a hostile or broken gate; `docs/scheduling.md`), 0 once it launches again. Absent from
+    /// arbiters that predate it (read as 0).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub strikes: u32,
+    /// Leases the slice lost that way, ever.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub strikes_total: u64,
+    /// Its demand claims are ignored now (back-off after a strike).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backed_off: bool,
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One action of the arbiter's backstop (`docs/threat-model.md`): a slice caught holding more

@@ -180,3 +180,28 @@ fn slice_ids() {
     assert!(!valid_slice_id("a/b"));
     assert!(!valid_slice_id(&"x".repeat(129)));
 }
+
+#[test]
+fn share_status_strike_fields_are_optional_both_ways() {
+    // An arbiter that predates the strike fields: they read as 0 / false.
+    let old = json!({"slice_id":"a","achieved_1s_bp":1,"achieved_10s_bp":2,"grants":3,
+                     "wait_ns":4,"holding":false});
+    let s: ShareStatus = serde_json::from_value(old.clone()).unwrap();
+    assert_eq!((s.strikes, s.strikes_total, s.backed_off), (0, 0, false));
+    // An honest slice serialises exactly as before (older readers see no new key).
+    assert_eq!(serde_json::to_value(&s).unwrap(), old);
+    // A struck slice carries them; a reader that ignores unknown keys (every older client:
+    // ShareStatus never denied them) still parses the rest.
+    let hit = ShareStatus {
+        strikes: 2,
+        strikes_total: 7,
+        backed_off: true,
+        ..s.clone()
+    };
+    let v = serde_json::to_value(&hit).unwrap();
+    assert_eq!(
+        (&v["strikes"], &v["strikes_total"], &v["backed_off"]),
+        (&json!(2), &json!(7), &json!(true))
+    );
+    assert_eq!(serde_json::from_value::<ShareStatus>(v).unwrap(), hit);
+}

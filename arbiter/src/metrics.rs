@@ -298,6 +298,9 @@ pub fn render(src: &Sources) -> String {
         let wait: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
         let charged: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
         let drain_timeouts: Family<Labels, Counter> = Family::default();
+        let strikes_total: Family<Labels, Counter> = Family::default();
+        let strikes = gauge_family();
+        let backed_off = gauge_family();
         let dev_handoffs: Family<Labels, Counter> = Family::default();
         let dev_p99 = gauge_family();
         let dev_quantum = gauge_family();
@@ -326,6 +329,11 @@ pub fn render(src: &Sources) -> String {
                 wait.get_or_create(&l).inc_by(s.wait_ns as f64 / 1e9);
                 charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);
                 drain_timeouts.get_or_create(&l).inc_by(s.drain_timeouts);
+                strikes_total.get_or_create(&l).inc_by(s.strikes_total);
+                strikes.get_or_create(&l).set(f64::from(s.strikes));
+                backed_off
+                    .get_or_create(&l)
+                    .set(if s.backoff_remaining_ns > 0 { 1.0 } else { 0.0 });
             }
         }
         reg.register(
@@ -352,6 +360,21 @@ pub fn render(src: &Sources) -> String {
             "gpuslice_slice_drain_timeouts",
             "Lease ends whose queued work did not report completion in time",
             drain_timeouts,
+        );
+        reg.register(
+            "gpuslice_slice_lease_strikes",
+            "Leases the slice lost for claiming demand at the gate without launching anything (hostile or broken gate)",
+            strikes_total,
+        );
+        reg.register(
+            "gpuslice_slice_lease_strikes_consecutive",
+            "Such leases in a row now (0 once the slice launches again; each doubles its back-off)",
+            strikes,
+        );
+        reg.register(
+            "gpuslice_slice_lease_backed_off",
+            "1 while the slice's demand claims are ignored (back-off after a strike), else 0",
+            backed_off,
         );
         reg.register(
             "gpuslice_device_lease_handoffs",

@@ -37,6 +37,22 @@ pub struct SliceRow {
     /// Recent actions of the arbiter's backstop on this slice and device (oldest first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backstop: Vec<BackstopEvent>,
+    /// The scheduler's hostile-usage count (leases lost for claiming demand without launching):
+    /// `None` = not reported (no scheduler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strikes: Option<Strikes>,
+}
+
+/// Leases a slice lost for claiming demand at the gate without launching anything
+/// (`docs/scheduling.md`, back-off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Strikes {
+    /// In a row now (0 once it launches again).
+    pub consecutive: u32,
+    /// Ever.
+    pub total: u64,
+    /// Its demand claims are ignored now.
+    pub backed_off: bool,
 }
 
 /// One device.
@@ -120,6 +136,11 @@ impl StatusView {
                         .filter(|e| e.slice_id == s.slice_id && e.device == a.index)
                         .cloned()
                         .collect(),
+                    strikes: share.map(|x| Strikes {
+                        consecutive: x.strikes,
+                        total: x.strikes_total,
+                        backed_off: x.backed_off,
+                    }),
                 });
             }
         }
@@ -192,6 +213,16 @@ impl StatusView {
             for s in &d.slices {
                 for e in &s.backstop {
                     let _ = writeln!(out, "  {}: backstop: {}", s.slice_id, e.message);
+                }
+                if let Some(k) = s.strikes.filter(|k| k.total > 0) {
+                    let _ = writeln!(
+                        out,
+                        "  {}: {} lease(s) lost claiming demand without launching ({} in a row{})",
+                        s.slice_id,
+                        k.total,
+                        k.consecutive,
+                        if k.backed_off { ", backed off now" } else { "" }
+                    );
                 }
             }
         }

@@ -5,7 +5,7 @@ use clap::Parser;
 use gpuslice_api::{Priority, Request};
 use gpuslice_cli::args::{Cli, Command};
 use gpuslice_cli::options::{slice_request, update_request, OptionError};
-use gpuslice_cli::status::{bytes, DeviceView, SliceRow, StatusView};
+use gpuslice_cli::status::{bytes, DeviceView, SliceRow, StatusView, Strikes};
 
 const GI: u64 = 1 << 30;
 
@@ -155,6 +155,7 @@ fn fixed() -> StatusView {
                                 .into(),
                             at_ms: 1,
                         }],
+                        strikes: Some(Strikes::default()),
                     },
                     SliceRow {
                         slice_id: "infer-1".into(),
@@ -167,6 +168,7 @@ fn fixed() -> StatusView {
                         priority: Priority::High,
                         processes: None,
                         backstop: vec![],
+                        strikes: None,
                     },
                 ],
             },
@@ -271,6 +273,7 @@ fn achieved_shares_come_from_the_status_reply() {
         grants: 7,
         wait_ns: 0,
         holding: true,
+        ..Default::default()
     };
     let with = NodeStatus {
         devices: vec![dev(vec![share])],
@@ -291,4 +294,73 @@ fn achieved_shares_come_from_the_status_reply() {
     };
     let view = StatusView::build(&without, std::path::Path::new("/nonexistent"));
     assert_eq!(view.devices[0].slices[0].achieved_1s, None);
+    assert_eq!(view.devices[0].slices[0].strikes, None);
+}
+
+#[test]
+fn strikes_come_from_the_status_reply() {
+    use gpuslice_api::{AssignedDevice, DeviceStatus, NodeStatus, ShareStatus, SliceStatus};
+    let slice = |id: &str| SliceStatus {
+        slice_id: id.into(),
+        request: Default::default(),
+        owner: Default::default(),
+        devices: vec![AssignedDevice {
+            index: 0,
+            uuid: "GPU-aaaa".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_cap: None,
+            memory_total: 80 * GI,
+        }],
+    };
+    let node = NodeStatus {
+        devices: vec![DeviceStatus {
+            index: 0,
+            uuid: "GPU-aaaa".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_total: 80 * GI,
+            memory_committed: 0,
+            compute_guaranteed: 0,
+            slices: vec!["liar".into(), "honest".into()],
+            shares: vec![
+                ShareStatus {
+                    slice_id: "liar".into(),
+                    strikes: 3,
+                    strikes_total: 5,
+                    backed_off: true,
+                    ..Default::default()
+                },
+                ShareStatus {
+                    slice_id: "honest".into(),
+                    grants: 9,
+                    ..Default::default()
+                },
+            ],
+        }],
+        slices: vec![slice("liar"), slice("honest")],
+        backstop: Vec::new(),
+    };
+    let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
+    let rows = &view.devices[0].slices;
+    assert_eq!(
+        rows[0].strikes,
+        Some(Strikes {
+            consecutive: 3,
+            total: 5,
+            backed_off: true
+        })
+    );
+    assert_eq!(rows[1].strikes, Some(Strikes::default()));
+    let text = view.render();
+    assert!(
+        text.contains(
+            "  liar: 5 lease(s) lost claiming demand without launching (3 in a row, backed off now)\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("honest:"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&view.to_json()).unwrap();
+    let s = &v["devices"][0]["slices"];
+    assert_eq!(s[0]["strikes"]["total"], 5);
+    assert_eq!(s[0]["strikes"]["backed_off"], true);
+    assert_eq!(s[1]["strikes"]["total"], 0);
 }

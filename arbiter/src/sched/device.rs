@@ -630,6 +630,13 @@ impl Loop {
                     drain_p99_ns: p99(&s.drains),
                     holding: holder == Some(i),
                     busy: s.busy(),
+                    strikes: s.strikes,
+                    strikes_total: s.no_progress,
+                    backoff_remaining_ns: if s.strikes > 0 {
+                        s.backoff_until.saturating_sub(now)
+                    } else {
+                        0
+                    },
                 })
                 .collect(),
         };

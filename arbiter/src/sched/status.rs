@@ -36,6 +36,17 @@ pub struct SliceShare {
     pub holding: bool,
     /// The slice had work (waiting or launching) at the last decision.
     pub busy: bool,
+    /// Consecutive leases in which the slice claimed demand but launched nothing (a hostile or
+    /// broken gate); 0 once it launches again. Each one doubles its back-off.
+    #[serde(default)]
+    pub strikes: u32,
+    /// Leases the slice lost that way, ever (monotonic; the metrics counter).
+    #[serde(default)]
+    pub strikes_total: u64,
+    /// ns left of the slice's back-off (its demand claims ignored) when this was published;
+    /// 0 = not backed off.
+    #[serde(default)]
+    pub backoff_remaining_ns: u64,
 }
 
 /// One device.
@@ -91,6 +102,9 @@ pub fn fill_shares(node: &mut gpuslice_api::NodeStatus, sched: &SchedulerStatus)
                 grants: s.grants,
                 wait_ns: s.wait_ns,
                 holding: s.holding,
+                strikes: s.strikes,
+                strikes_total: s.strikes_total,
+                backed_off: s.backoff_remaining_ns > 0,
             })
             .collect();
     }

@@ -1,0 +1,195 @@
+//! The scheduler's hostile-usage counters reach the outside: a slice that claims demand at the
+//! gate but never launches (its `seen` never matches the lease word) is struck and backed off by
+//! the real device loop, and the strikes show in the scheduler status, in the control socket's
+//! `status` reply (`fill_shares`) and in a metrics scrape; an honest slice beside it shows none.
+
+use gpuslice_api::{DeviceStatus, NodeStatus};
+use gpuslice_arbiter::metrics::{self, Sources};
+use gpuslice_arbiter::sched::{fill_shares, Params, Scheduler, SchedulerStatus, SliceShare};
+use gpuslice_arbiter::server::State;
+use gpuslice_arbiter::store::Store;
+use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
+use gpuslice_region::layout::LEASE_HELD;
+use gpuslice_region::{Lease, Usage};
+use std::path::Path;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+mod gate_words;
+use gate_words::{futex, slice_dir};
+
+/// An honest gate: waits with `demand` raised while not `HELD`, and while `HELD` "launches"
+/// (records the lease word in `seen`) every millisecond.
+fn honest(dir: &Path, stop: Arc<AtomicBool>, launches: Arc<AtomicU64>) {
+    let lease = Lease::open(dir).unwrap();
+    let usage = Usage::open(dir, 1).unwrap();
+    let w = lease.word(0).unwrap();
+    let g = usage.gate_words(0).unwrap();
+    while !stop.load(Relaxed) {
+        let word = w.load();
+        if word & LEASE_HELD != 0 {
+            g.seen.store(word, Relaxed);
+            launches.fetch_add(1, Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+        } else {
+            if g.demand.fetch_add(1, AcqRel) == 0 {
+                futex(g.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
+            }
+            futex(w.as_ptr(), libc::FUTEX_WAIT, word, 50);
+            g.demand.fetch_sub(1, AcqRel);
+        }
+    }
+}
+
+/// A hostile gate: claims one waiting thread for ever and never launches.
+fn liar(dir: &Path, stop: Arc<AtomicBool>) {
+    let usage = Usage::open(dir, 1).unwrap();
+    let g = usage.gate_words(0).unwrap();
+    g.demand.store(1, Relaxed);
+    futex(g.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
+    while !stop.load(Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    g.demand.store(0, Relaxed);
+}
+
+fn share<'a>(st: &'a SchedulerStatus, id: &str) -> &'a SliceShare {
+    st.slice(0, id)
+        .unwrap_or_else(|| panic!("no status for {id}: {st:?}"))
+}
+
+/// `name{labels} value` → value, for one exact series.
+fn series(text: &str, key: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
+    // A long quantum: an honest thread may be woken late on a loaded two-core host, and must
+    // not be struck for that (it has half a quantum plus one grace check).
+    let sched = Arc::new(Scheduler::new(Duration::from_millis(100)));
+    let (dl, dh) = (
+        slice_dir("gpuslice-strikes", "liar"),
+        slice_dir("gpuslice-strikes", "honest"),
+    );
+    let p = Params {
+        guarantee: 5_000,
+        ..Params::default()
+    };
+    sched.add(0, "liar", &dl, 0, p);
+    sched.add(0, "honest", &dh, 0, p);
+    let stop = Arc::new(AtomicBool::new(false));
+    let launches = Arc::new(AtomicU64::new(0));
+    let threads = [
+        {
+            let (s, d) = (Arc::clone(&stop), dl.clone());
+            std::thread::spawn(move || liar(&d, s))
+        },
+        {
+            let (s, d, n) = (Arc::clone(&stop), dh.clone(), Arc::clone(&launches));
+            std::thread::spawn(move || honest(&d, s, n))
+        },
+    ];
+    // Wait (generously) for a status showing the liar struck twice and backed off right now.
+    let t0 = Instant::now();
+    let st = loop {
+        let st = sched.status();
+        if st
+            .slice(0, "liar")
+            .is_some_and(|s| s.strikes_total >= 2 && s.backoff_remaining_ns > 0)
+        {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the liar was never struck twice and backed off: {st:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (l, h) = (share(&st, "liar"), share(&st, "honest"));
+    assert!(l.strikes >= 1, "consecutive strikes {}", l.strikes);
+    assert!(l.strikes_total >= u64::from(l.strikes));
+    assert_eq!(
+        (h.strikes, h.strikes_total, h.backoff_remaining_ns),
+        (0, 0, 0),
+        "the honest slice was struck: {h:?}"
+    );
+    assert!(h.grants > 0 && launches.load(Relaxed) > 0);
+
+    // The control socket's `status` reply.
+    let mut node = NodeStatus {
+        devices: vec![DeviceStatus {
+            index: 0,
+            uuid: "GPU-x".into(),
+            name: "sim".into(),
+            memory_total: 1 << 30,
+            memory_committed: 0,
+            compute_guaranteed: 100,
+            slices: vec!["liar".into(), "honest".into()],
+            shares: Vec::new(),
+        }],
+        ..NodeStatus::default()
+    };
+    fill_shares(&mut node, &st);
+    let by_id = |id: &str| {
+        node.devices[0]
+            .shares
+            .iter()
+            .find(|s| s.slice_id == id)
+            .cloned()
+            .unwrap()
+    };
+    let (l2, h2) = (by_id("liar"), by_id("honest"));
+    assert_eq!((l2.strikes, l2.strikes_total), (l.strikes, l.strikes_total));
+    assert!(l2.backed_off);
+    assert_eq!((h2.strikes, h2.strikes_total, h2.backed_off), (0, 0, false));
+    // The JSON line an older client reads: the honest slice's entry has no new keys.
+    let j = serde_json::to_value(&h2).unwrap();
+    assert!(
+        j.get("strikes").is_none() && j.get("backed_off").is_none(),
+        "{j}"
+    );
+
+    // A metrics scrape (the snapshot above as the scheduler source).
+    let tmp = std::env::temp_dir().join(format!("gpuslice-strikes-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
+    let devs = StaticInventory::fake(&[("NVIDIA H100 80GB", 80 << 30)])
+        .devices()
+        .unwrap();
+    let (state, _) = State::open(devs, Policy::default(), Store::open(&tmp).unwrap()).unwrap();
+    let snap = st.clone();
+    let src = Sources {
+        state: Arc::new(Mutex::new(state)),
+        state_dir: tmp.clone(),
+        sched: Some(Arc::new(move || snap.clone())),
+    };
+    let text = metrics::render(&src);
+    let m = |name: &str, id: &str| {
+        series(&text, &format!("{name}{{slice=\"{id}\",device=\"0\"}}"))
+            .unwrap_or_else(|| panic!("no {name} for {id} in\n{text}"))
+    };
+    assert_eq!(
+        m("gpuslice_slice_lease_strikes_total", "liar"),
+        l.strikes_total as f64
+    );
+    assert!(m("gpuslice_slice_lease_strikes_total", "liar") > 0.0);
+    assert_eq!(m("gpuslice_slice_lease_backed_off", "liar"), 1.0);
+    assert!(m("gpuslice_slice_lease_strikes_consecutive", "liar") >= 1.0);
+    assert_eq!(m("gpuslice_slice_lease_strikes_total", "honest"), 0.0);
+    assert_eq!(m("gpuslice_slice_lease_backed_off", "honest"), 0.0);
+    assert_eq!(m("gpuslice_slice_lease_strikes_consecutive", "honest"), 0.0);
+
+    stop.store(true, Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    sched.remove("liar");
+    sched.remove("honest");
+    for d in [dl, dh, tmp] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
