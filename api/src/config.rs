@@ -75,6 +75,9 @@ impl Default for AdmissionConfig {
     }
 }
 
+/// Highest accepted `scheduler.realtime_priority` (Linux `SCHED_FIFO` priorities are 1–99).
+pub const MAX_REALTIME_PRIORITY: u32 = 99;
+
 /// `[scheduler]`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -82,12 +85,16 @@ pub struct SchedulerConfig {
     /// Lease length (`"5ms"`, `"2500us"`).
     #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
     pub quantum: Duration,
+    /// Run each device's scheduler thread under `SCHED_FIFO` at this priority (1–99); 0 = off
+    /// (the default; `docs/scheduling.md`). Needs `CAP_SYS_NICE` (kept only when this is set).
+    pub realtime_priority: u32,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
             quantum: DEFAULT_QUANTUM,
+            realtime_priority: 0,
         }
     }
 }
@@ -328,6 +335,14 @@ impl Config {
                 "scheduler.quantum",
                 format!("{q:?}"),
                 "must be between 500us and 1s",
+            ));
+        }
+        let rt = self.scheduler.realtime_priority;
+        if rt > MAX_REALTIME_PRIORITY {
+            return Err(invalid(
+                "scheduler.realtime_priority",
+                rt.to_string(),
+                "must be 0 (off) or a SCHED_FIFO priority from 1 to 99",
             ));
         }
         if self.metrics.enabled

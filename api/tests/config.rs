@@ -143,3 +143,27 @@ fn backstop_defaults_and_bad_values() {
         .to_string();
     assert!(e.contains("backstop.lease_tolerance"), "{e}");
 }
+
+#[test]
+fn realtime_priority_defaults_off_and_is_range_checked() {
+    assert_eq!(parse("").unwrap().scheduler.realtime_priority, 0);
+    for ok in [0, 1, 10, 99] {
+        let c = parse(&format!("[scheduler]\nrealtime_priority = {ok}")).unwrap();
+        assert_eq!(c.scheduler.realtime_priority, ok);
+        assert_eq!(parse(&c.to_toml()).unwrap(), c);
+    }
+    let e = parse("[scheduler]\nrealtime_priority = 100")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("scheduler.realtime_priority = 100") && e.contains("1 to 99"),
+        "{e}"
+    );
+    // Negative or not a number: toml's own error names the key.
+    for bad in ["-1", "\"high\""] {
+        let e = parse(&format!("[scheduler]\nrealtime_priority = {bad}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("realtime_priority"), "{bad}: {e}");
+    }
+}

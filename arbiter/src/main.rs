@@ -61,10 +61,7 @@ fn run(cli: Cli) -> Result<()> {
         config.state_dir = dir;
     }
     // Before NVML or any thread: capabilities are per thread (docs/privileges.md).
-    let keep = gpuslice_arbiter::privileges::keep_with_backstop(
-        config.metrics.enabled.then_some(config.metrics.listen),
-        &config.backstop,
-    );
+    let keep = gpuslice_arbiter::privileges::keep_for(&config);
     match gpuslice_api::privileges::restrict_to(&keep).context("dropping capabilities")? {
         gpuslice_api::privileges::Restricted::NotRoot => {
             tracing::debug!("not root: capabilities left as they are")
@@ -112,8 +109,9 @@ fn run(cli: Cli) -> Result<()> {
         config.state_dir.display()
     );
     let mut state = state;
-    let sched = Arc::new(gpuslice_arbiter::sched::Scheduler::new(
+    let sched = Arc::new(gpuslice_arbiter::sched::Scheduler::with_realtime(
         config.scheduler.quantum,
+        config.scheduler.realtime_priority,
     ));
     if let Some(f) = std::env::var_os("GPUSLICE_SCHED_STATUS_FILE") {
         gpuslice_arbiter::sched::spawn_status_file(Arc::clone(&sched), PathBuf::from(f));
@@ -121,7 +119,14 @@ fn run(cli: Cli) -> Result<()> {
     for w in state.attach_scheduler(sched) {
         tracing::warn!("{w}");
     }
-    tracing::info!("time-slicing with a {:?} quantum", config.scheduler.quantum);
+    tracing::info!(
+        "time-slicing with a {:?} quantum{}",
+        config.scheduler.quantum,
+        match config.scheduler.realtime_priority {
+            0 => String::new(),
+            p => format!(", device threads SCHED_FIFO priority {p}"),
+        }
+    );
     let sock = config.state_dir.join(SOCKET_NAME);
     let listener = bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
     tracing::info!("serving {}", sock.display());

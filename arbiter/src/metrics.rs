@@ -304,6 +304,7 @@ pub fn render(src: &Sources) -> String {
         let dev_handoffs: Family<Labels, Counter> = Family::default();
         let dev_p99 = gauge_family();
         let dev_quantum = gauge_family();
+        let dev_rt = gauge_family();
         for d in sched().devices {
             let di = d.index.to_string();
             let dl = labels(&[("device", &di)]);
@@ -314,6 +315,9 @@ pub fn render(src: &Sources) -> String {
             dev_quantum
                 .get_or_create(&dl)
                 .set(d.quantum_ns as f64 / 1e9);
+            dev_rt
+                .get_or_create(&dl)
+                .set(f64::from(d.realtime_priority));
             for s in &d.slices {
                 for (w, v) in [("1s", s.achieved_1s), ("10s", s.achieved_10s)] {
                     achieved
@@ -390,6 +394,11 @@ pub fn render(src: &Sources) -> String {
             "gpuslice_device_lease_quantum_seconds",
             "Lease quantum",
             dev_quantum,
+        );
+        reg.register(
+            "gpuslice_device_scheduler_realtime_priority",
+            "SCHED_FIFO priority of the device's scheduler thread (0: normal scheduling)",
+            dev_rt,
         );
     }
 

@@ -1,6 +1,7 @@
-//! The capabilities `gpuslice-arbiter` keeps when started as root: none, plus
-//! `CAP_NET_BIND_SERVICE` only when metrics are configured on a port below 1024. Reasons per
-//! capability below and in `docs/privileges.md` (a test keeps the two in step).
+//! The capabilities `gpuslice-arbiter` keeps when started as root: `CAP_SYS_PTRACE`, plus
+//! `CAP_NET_BIND_SERVICE` only when metrics are configured on a port below 1024, `CAP_KILL`
+//! only when the backstop may signal, `CAP_SYS_NICE` only with `scheduler.realtime_priority`.
+//! Reasons per capability below and in `docs/privileges.md` (a test keeps the two in step).
 //!
 //! Why none of the others is needed (each checked by running the daemon without it):
 //! * files: the arbiter creates the state directory, slice directories, region files, records
@@ -29,6 +30,10 @@ pub const KEEP_LOW_METRICS_PORT: &[Capability] = &[Capability::CAP_NET_BIND_SERV
 /// action): SIGKILL / SIGSTOP of processes of other uids (user-namespaced or non-root tenants).
 pub const KEEP_BACKSTOP_SIGNALS: &[Capability] = &[Capability::CAP_KILL];
 
+/// Kept only when `[scheduler] realtime_priority` is above 0: `sched_setscheduler(SCHED_FIFO)`
+/// of the device scheduler threads (`crate::sched::realtime`).
+pub const KEEP_REALTIME: &[Capability] = &[Capability::CAP_SYS_NICE];
+
 /// The list for this configuration (`metrics`: the listen address when metrics are enabled).
 pub fn keep(metrics: Option<SocketAddr>) -> Vec<Capability> {
     let mut v = KEEP.to_vec();
@@ -56,6 +61,19 @@ pub fn keep_with_backstop(
     v
 }
 
+/// Everything the daemon keeps for `config`: [`keep_with_backstop`] plus [`KEEP_REALTIME`]
+/// when the scheduler threads are to run under `SCHED_FIFO`.
+pub fn keep_for(config: &gpuslice_api::Config) -> Vec<Capability> {
+    let mut v = keep_with_backstop(
+        config.metrics.enabled.then_some(config.metrics.listen),
+        &config.backstop,
+    );
+    if config.scheduler.realtime_priority > 0 {
+        v.extend_from_slice(KEEP_REALTIME);
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +95,29 @@ mod tests {
         assert_eq!(
             row("daemon, backstop kill or freeze"),
             KEEP_BACKSTOP_SIGNALS
+        );
+        assert_eq!(
+            row("daemon, scheduler.realtime_priority > 0"),
+            KEEP_REALTIME
+        );
+    }
+
+    #[test]
+    fn realtime_priority_adds_sys_nice_and_only_then() {
+        let mut c = gpuslice_api::Config::default();
+        assert!(!keep_for(&c).contains(&Capability::CAP_SYS_NICE));
+        assert_eq!(
+            keep_for(&c),
+            vec![Capability::CAP_SYS_PTRACE, Capability::CAP_KILL]
+        );
+        c.scheduler.realtime_priority = 10;
+        assert_eq!(
+            keep_for(&c),
+            vec![
+                Capability::CAP_SYS_PTRACE,
+                Capability::CAP_KILL,
+                Capability::CAP_SYS_NICE
+            ]
         );
     }
 

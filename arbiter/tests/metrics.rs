@@ -133,6 +133,7 @@ fn scrape_parses_and_carries_the_numbers() {
             quantum_ns: 5_000_000,
             handoffs: 42,
             handoff_p99_ns: 40_000,
+            realtime_priority: 10,
             slices: vec![SliceShare {
                 slice_id: "job1".into(),
                 guarantee: 0.3,
@@ -222,6 +223,10 @@ fn scrape_parses_and_carries_the_numbers() {
     assert_eq!(
         m[&format!("gpuslice_device_lease_quantum_seconds{{device=\"{idx}\"}}")],
         0.005
+    );
+    assert_eq!(
+        m[&format!("gpuslice_device_scheduler_realtime_priority{{device=\"{idx}\"}}")],
+        10.0
     );
     assert!(m.contains_key("gpuslice_reclaimed_processes_total"));
     assert!(m.contains_key("gpuslice_reclaim_released_slices_total"));

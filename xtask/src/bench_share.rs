@@ -35,6 +35,17 @@ impl Arbiter {
 
     /// With `admission` as the body of the `[admission]` table.
     fn start_with(dist: &Path, node: &SimNode, quantum: &str, admission: &str) -> Result<Arbiter> {
+        Self::start_rt(dist, node, quantum, admission, 0)
+    }
+
+    /// [`Arbiter::start_with`] with `[scheduler] realtime_priority = rt`.
+    fn start_rt(
+        dist: &Path,
+        node: &SimNode,
+        quantum: &str,
+        admission: &str,
+        rt: u32,
+    ) -> Result<Arbiter> {
         let state = node.state_dir.join(format!("arbiter-{quantum}"));
         std::fs::create_dir_all(&state)?;
         let config = node.state_dir.join("config.toml");
@@ -42,7 +53,8 @@ impl Arbiter {
             &config,
             format!(
                 "[admission]\n{admission}\n\
-             [metrics]\nenabled = false\n[scheduler]\nquantum = \"{quantum}\"\n"
+             [metrics]\nenabled = false\n[scheduler]\nquantum = \"{quantum}\"\n\
+             realtime_priority = {rt}\n"
             ),
         )?;
         let status_file = node.state_dir.join("sched-status.json");
@@ -296,11 +308,13 @@ fn build_tree() -> Result<PathBuf> {
 
 /// Options: `only=30-70,three,four,limit,idle,priority,scale,sweep` runs those scenarios
 /// (default all); `kernels=50,1000,20000` the 30/70 kernel sizes; `procs=N` the processes of
-/// the scale run (default 1024: 256 slices × 4).
+/// the scale run (default 1024: 256 slices × 4); `rt=0,10` runs the scale scenario once per
+/// `[scheduler] realtime_priority` listed, one after the other (default `0`).
 struct Opts {
     only: Option<Vec<String>>,
     kernels: Vec<u64>,
     procs: usize,
+    rt: Vec<u32>,
 }
 
 impl Opts {
@@ -309,6 +323,7 @@ impl Opts {
             only: None,
             kernels: vec![50, 1000, 20_000],
             procs: 1024,
+            rt: vec![0],
         };
         for a in args {
             match a.split_once('=') {
@@ -344,7 +359,17 @@ impl Opts {
                         .filter(|n| (4..=1024).contains(n))
                         .with_context(|| format!("{a:?}: procs must be a number from 4 to 1024"))?;
                 }
-                _ => bail!("unknown option {a:?}; options: only=LIST kernels=LIST procs=N"),
+                Some(("rt", v)) => {
+                    o.rt = v
+                        .split(',')
+                        .map(|p| {
+                            p.parse().ok().filter(|p| *p <= 99).with_context(|| {
+                                format!("{a:?}: realtime priority {p:?} must be a number from 0 (off) to 99")
+                            })
+                        })
+                        .collect::<Result<_>>()?;
+                }
+                _ => bail!("unknown option {a:?}; options: only=LIST kernels=LIST procs=N rt=LIST"),
             }
         }
         Ok(o)
@@ -409,7 +434,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     drop(arb);
     if opts.wants("scale") {
-        scale(&dist, opts.procs)?;
+        for &rt in &opts.rt {
+            scale(&dist, opts.procs, rt)?;
+        }
     }
     if opts.wants("sweep") {
         sweep(&dist, &node, &sim)?;
@@ -889,7 +916,7 @@ fn arbiter_cpu(pid: u32, secs: u64) -> f64 {
 /// and is mostly idle (one 200 µs request every 50 s) except one per slice, which is light (one
 /// request a second). Reports arbiter CPU idle (slices, no processes), with every process
 /// attached, hand-off p99 over that run, and then with eight saturating tenants beside them.
-fn scale(dist: &Path, procs: usize) -> Result<()> {
+fn scale(dist: &Path, procs: usize, rt: u32) -> Result<()> {
     let devices = [SCALE_DEVICES; 8].join(";");
     let state_dir =
         std::env::temp_dir().join(format!("gpuslice-xtask-scale-{}", std::process::id()));
@@ -902,11 +929,12 @@ fn scale(dist: &Path, procs: usize) -> Result<()> {
     };
     let sim = open_sim(&node)?;
     // Admission reserves the contexts the processes really hold (300 MiB each, 4 per slice).
-    let arb = Arbiter::start_with(
+    let arb = Arbiter::start_rt(
         dist,
         &node,
         "5ms",
         "context_reserve = \"300Mi\"\nprocesses_per_slice = 4",
+        rt,
     )?;
     let slices = procs.div_ceil(4);
     for i in 0..slices {
@@ -994,6 +1022,14 @@ fn scale(dist: &Path, procs: usize) -> Result<()> {
     for (_, k) in kids {
         let _ = k.wait_with_output();
     }
+    // The SCHED_FIFO priority the device threads really got (0: off or refused).
+    let rt_in_effect: Vec<u64> = arb
+        .sched_status()
+        .and_then(|v| v["devices"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|d| d["realtime_priority"].as_u64().unwrap_or(0))
+        .collect();
     for i in 0..slices {
         arb.release(&format!("s{i}"));
     }
@@ -1002,6 +1038,9 @@ fn scale(dist: &Path, procs: usize) -> Result<()> {
         "\n== {slices} slices, {procs} tenant processes on 8 devices ({ndev} in use; 3 of 4 processes per \
          slice mostly idle, 1 at one 200 µs request/s); measured from {startup:.0} s after the start (load {})",
         loadavg()
+    );
+    println!(
+        "   scheduler.realtime_priority = {rt}; in effect per device thread: {rt_in_effect:?}"
     );
     println!(
         "   arbiter CPU: idle (slices, no processes) {:.3} % of a core ({}); {procs} processes attached {:.2} %; \
@@ -1090,4 +1129,23 @@ fn write_svg(
     }
     s += "</svg>\n";
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Opts;
+
+    fn parse(args: &[&str]) -> anyhow::Result<Opts> {
+        Opts::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn rt_lists_priorities_and_names_a_bad_one() {
+        assert_eq!(parse(&[]).unwrap().rt, vec![0]);
+        assert_eq!(parse(&["rt=0,10"]).unwrap().rt, vec![0, 10]);
+        for bad in ["rt=100", "rt=x", "rt=0,,10"] {
+            let e = format!("{:#}", parse(&[bad]).err().unwrap());
+            assert!(e.contains(bad) && e.contains("0 (off) to 99"), "{e}");
+        }
+    }
 }

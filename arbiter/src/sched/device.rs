@@ -94,10 +94,13 @@ pub fn drain_timeout(quantum: u64) -> u64 {
     (quantum * 50).clamp(100_000_000, 250_000_000)
 }
 
-/// Runs the loop for device `index` until [`Cmd::Stop`].
-pub fn run(index: u32, quantum_ns: u64, ctl: Arc<Ctl>) {
+/// Runs the loop for device `index` until [`Cmd::Stop`]; `realtime` is the `SCHED_FIFO`
+/// priority the calling thread runs at (0 = none), for the status.
+pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
     let mut lp = Loop {
         index,
+        realtime,
+        quick_wakes: std::cell::Cell::new(0),
         policy: Policy::new(quantum_ns),
         rt: Vec::new(),
         ctl,
@@ -136,8 +139,15 @@ struct Watcher {
 /// Demand words the loop waits on itself (the control word takes one slot).
 const OWN_WORDS: usize = WAITV_MAX - 1;
 
+/// Drain waits in a row that may return at once before the loop sleeps between checks.
+const QUICK_WAKES_BEFORE_SLEEP: u32 = 16;
+
 struct Loop {
     index: u32,
+    /// `SCHED_FIFO` priority of this thread (0 = normal), published in the status.
+    realtime: u32,
+    /// Drain waits in a row that returned at once ([`Loop::wait_pending`]).
+    quick_wakes: std::cell::Cell<u32>,
     policy: Policy,
     rt: Vec<SliceRt>,
     ctl: Arc<Ctl>,
@@ -463,6 +473,20 @@ impl Loop {
                 )
             };
         }
+        // A tenant that keeps changing its (tenant-writable) `pending` word without finishing
+        // its drain would make every wait return at once: the loop would spin until the drain's
+        // deadline, and under SCHED_FIFO take a whole core from everyone else. After a few such
+        // returns in a row it sleeps 50 µs between checks (an honest drain reports with one
+        // change per process, so it is not slowed).
+        if futex::now_ns().saturating_sub(now) < 10_000 {
+            let n = self.quick_wakes.get().saturating_add(1);
+            self.quick_wakes.set(n);
+            if n > QUICK_WAKES_BEFORE_SLEEP {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        } else {
+            self.quick_wakes.set(0);
+        }
     }
 
     /// Revokes the holder and waits (bounded) until its queued work is reported complete,
@@ -611,6 +635,7 @@ impl Loop {
             quantum_ns: self.policy.quantum(),
             handoffs: self.policy.handoffs,
             handoff_p99_ns: handoff_p99,
+            realtime_priority: self.realtime,
             slices: self
                 .policy
                 .slices()

@@ -7,6 +7,7 @@
 pub mod device;
 pub mod futex;
 pub mod policy;
+pub mod realtime;
 pub mod status;
 pub mod window;
 
@@ -33,6 +34,7 @@ pub fn params_of(req: &SliceRequest) -> Params {
 /// The node's per-device lease schedulers.
 pub struct Scheduler {
     quantum_ns: u64,
+    realtime_priority: u32,
     devices: Mutex<BTreeMap<u32, Arc<Ctl>>>,
 }
 
@@ -40,6 +42,7 @@ impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scheduler")
             .field("quantum_ns", &self.quantum_ns)
+            .field("realtime_priority", &self.realtime_priority)
             .finish()
     }
 }
@@ -47,8 +50,16 @@ impl std::fmt::Debug for Scheduler {
 impl Scheduler {
     /// A scheduler with lease quantum `quantum`; device loops start on first use.
     pub fn new(quantum: Duration) -> Scheduler {
+        Scheduler::with_realtime(quantum, 0)
+    }
+
+    /// [`Scheduler::new`] whose device threads run under `SCHED_FIFO` at `realtime_priority`
+    /// (1–99; 0 = normal scheduling). A thread that cannot get it logs why
+    /// ([`realtime::apply`]) and runs normally; [`DeviceSched::realtime_priority`] says which.
+    pub fn with_realtime(quantum: Duration, realtime_priority: u32) -> Scheduler {
         Scheduler {
             quantum_ns: quantum.as_nanos().clamp(100_000, 1_000_000_000) as u64,
+            realtime_priority,
             devices: Mutex::new(BTreeMap::new()),
         }
     }
@@ -68,10 +79,13 @@ impl Scheduler {
             }),
         });
         let c2 = Arc::clone(&ctl);
-        let q = self.quantum_ns;
+        let (q, rt) = (self.quantum_ns, self.realtime_priority);
         let spawned = std::thread::Builder::new()
             .name(format!("sched-gpu{index}"))
-            .spawn(move || device::run(index, q, c2));
+            .spawn(move || {
+                let rt = realtime::apply(rt, index);
+                device::run(index, q, rt, c2)
+            });
         if let Err(e) = spawned {
             tracing::error!("cannot start the scheduler of device {index}: {e}");
         }

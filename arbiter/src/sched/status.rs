@@ -61,6 +61,10 @@ pub struct DeviceSched {
     /// 99th percentile of the arbiter's hand-off time (device free → next holder woken), ns,
     /// over the recent hand-offs.
     pub handoff_p99_ns: u64,
+    /// `SCHED_FIFO` priority the device's scheduler thread runs at; 0 = normal scheduling
+    /// (off, or refused: see the arbiter's log).
+    #[serde(default)]
+    pub realtime_priority: u32,
     /// Slices placed on the device.
     pub slices: Vec<SliceShare>,
 }
