@@ -1,7 +1,9 @@
 //! Least privilege, checked on the real binary (root only): started as root against the
 //! simulated NVML, `gpuslice-arbiter` holds no capability in any set and has `no_new_privs`,
 //! yet still admits over its socket and reclaims the slice of a process of another user once it
-//! dies (`/proc` reads and pidfds need no capability). `docs/privileges.md`.
+//! dies (`/proc` reads and pidfds need no capability). With `[scheduler] realtime_priority` it
+//! keeps `CAP_SYS_NICE` as well, and the device scheduler thread runs under `SCHED_FIFO`.
+//! `docs/privileges.md`.
 //!
 //! Needs root and the simulated NVML (`cargo build -p gpuslice-sim-nvml`, found next to the
 //! binary or at `GPUSLICE_TEST_SIM_NVML`). Without them the test is skipped with a message, and
@@ -144,6 +146,101 @@ fn arbiter_as_root_keeps_no_capability_and_still_works() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    drop(d);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The tid of the thread of process `pid` named `name`.
+fn thread_of(pid: u32, name: &str) -> Option<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })?
+        .file_name()
+        .to_str()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn realtime_priority_keeps_cap_sys_nice_and_the_device_thread_runs_sched_fifo() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("not running as root");
+    }
+    let Some(lib) = sim_nvml() else {
+        return skip("the simulated NVML is not built (cargo build -p gpuslice-sim-nvml)");
+    };
+    let dir = std::env::temp_dir().join(format!("gs-rt-priv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        "[scheduler]\nrealtime_priority = 7\n[metrics]\nenabled = false\n",
+    )
+    .unwrap();
+    let state = dir.join("state");
+    let sock = state.join("arbiter.sock");
+    let d = Kill(
+        Command::new(BIN)
+            .args(["--state-dir", state.to_str().unwrap()])
+            .args(["--config", config.to_str().unwrap()])
+            .env("GPUSLICE_NVML_LIBRARY", &lib)
+            .env("GPUSLICE_SIM_STATE", dir.join("sim-state"))
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < deadline, "arbiter did not open its socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = d.0.id();
+    // CAP_SYS_NICE is bit 23, kept beside CAP_SYS_PTRACE and CAP_KILL.
+    let kept = (1u64 << 19) | (1 << 5) | (1 << 23);
+    for set in ["CapEff:", "CapPrm:", "CapBnd:"] {
+        assert_eq!(
+            u64::from_str_radix(&status_field(pid, set), 16).unwrap(),
+            kept,
+            "{set} of the arbiter with realtime_priority (CAP_SYS_NICE kept)"
+        );
+    }
+    assert_eq!(status_field(pid, "NoNewPrivs:"), "1");
+    // A slice starts device 0's scheduler thread, which puts itself under SCHED_FIFO 7.
+    let r = call(
+        &sock,
+        r#"{"version":1,"op":"admit","slice_id":"rt1","request":{"memory":"1Gi","compute":30}}"#,
+    );
+    assert_eq!(r["result"], "admitted", "{r}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (policy, prio) = loop {
+        if let Some(tid) = thread_of(pid, "sched-gpu0") {
+            // SAFETY: plain queries of another process's thread; `p` is valid for the call.
+            let got = unsafe {
+                let mut p = libc::sched_param { sched_priority: -1 };
+                (
+                    libc::sched_getscheduler(tid),
+                    libc::sched_getparam(tid, &mut p),
+                    p.sched_priority,
+                )
+            };
+            if got.0 == libc::SCHED_FIFO || Instant::now() > deadline {
+                assert_eq!(got.1, 0, "sched_getparam of thread {tid}");
+                break (got.0, got.2);
+            }
+        }
+        assert!(Instant::now() < deadline, "no sched-gpu0 thread in {pid}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        (policy, prio),
+        (libc::SCHED_FIFO, 7),
+        "device 0's scheduler thread"
+    );
     drop(d);
     let _ = std::fs::remove_dir_all(dir);
 }
