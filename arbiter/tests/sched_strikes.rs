@@ -70,7 +70,7 @@ fn series(text: &str, key: &str) -> Option<f64> {
 fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
     // A long quantum: an honest thread may be woken late on a loaded two-core host, and must
     // not be struck for that (it has half a quantum plus one grace check).
-    let sched = Arc::new(Scheduler::new(Duration::from_millis(100)));
+    let sched = Arc::new(Scheduler::new(Duration::from_millis(250)));
     let (dl, dh) = (
         slice_dir("gpuslice-strikes", "liar"),
         slice_dir("gpuslice-strikes", "honest"),

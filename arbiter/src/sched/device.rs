@@ -101,6 +101,7 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
         index,
         realtime,
         quick_wakes: std::cell::Cell::new(0),
+        ctl_seen: 0,
         policy: Policy::new(quantum_ns),
         rt: Vec::new(),
         ctl,
@@ -148,6 +149,8 @@ struct Loop {
     realtime: u32,
     /// Drain waits in a row that returned at once ([`Loop::wait_pending`]).
     quick_wakes: std::cell::Cell<u32>,
+    /// The control word as read before the queue was last taken (what the sleep waits on).
+    ctl_seen: u32,
     policy: Policy,
     rt: Vec<SliceRt>,
     ctl: Arc<Ctl>,
@@ -165,6 +168,9 @@ struct Loop {
 impl Loop {
     fn main(&mut self) {
         loop {
+            // Read before taking the queue: a command queued after this changes the word, so
+            // the sleep below returns at once instead of missing it.
+            self.ctl_seen = self.ctl.word.load(Acquire);
             if !self.apply_cmds() {
                 self.revoke_holder();
                 return;
@@ -572,7 +578,7 @@ impl Loop {
         let mut words = Vec::with_capacity(self.rt.len().min(WAITV_MAX) + 1);
         words.push(WaitWord {
             addr: self.ctl.word.as_ptr(),
-            val: self.ctl.word.load(Acquire),
+            val: self.ctl_seen,
             private: true,
         });
         let holder = self.policy.holder();
