@@ -1,17 +1,26 @@
 //! Benchmark (ignored by default; `cargo xtask bench container-start` runs it): the start
 //! latency gpuslice adds to a container under containerd. One private containerd and arbiter;
-//! each round runs `ctr run --rm <test image> /bin/true` three ways, in an order rotated every
+//! each round runs `ctr run --rm <test image> /bin/true` five ways, in an order rotated every
 //! round so drift and caching hit every variant alike:
 //!
 //! - `runc`: the runc v2 shim with the distribution's runc (the plain runtime class);
 //! - `gpuslice, no request`: `gpuslice-runtime` as the runc binary, nothing asked (pass-through);
 //! - `gpuslice, memory=1Gi`: `gpuslice-runtime` with `gpuslice.io/memory=1Gi` (admission, spec
 //!   edit, mounts, the bind after `create` and the release at `delete`);
+//! - `gpuslice shim v2, no request` and `gpuslice shim v2, memory=1Gi`: the shim v2 runtime
+//!   `io.containerd.gpuslice.v2` (`ctr run --runtime io.containerd.gpuslice.v2`, found through
+//!   the daemon's `PATH` with the dist tree's `usr/bin` first, as in `tests/shimv2.rs`), which
+//!   edits the spec at `Task.Create` and fronts the engine's `containerd-shim-runc-v2`, so runc is
+//!   called directly, without an extra exec per runc call. Without runtime options the runc-v2
+//!   shim behind it uses `runc` from that `PATH` (the same distribution runc) and its default
+//!   root `/run/containerd/runc`;
 //! - with `GPUSLICE_BENCH_BASELINE=<another gpuslice-runtime>` (e.g. an older build, which
 //!   finds its own `gpuslice-hook` and interposer beside it): `baseline, memory=1Gi`, the same
 //!   request through that binary, so two builds are compared alternately in one run.
 //!
-//! Each sample is the wall time of the whole `ctr run --rm` (create, start, wait, delete).
+//! Each sample is the wall time of the whole `ctr run --rm` (create, start, wait, delete). Two
+//! goal lines: the `BinaryName` path (`gpuslice, memory=1Gi`) and the shim v2 path
+//! (`gpuslice shim v2, memory=1Gi`), each as the paired median against `runc`.
 //!
 //! On a node `/run` is a tmpfs, and with it the arbiter's state directory (`/run/gpuslice`) and
 //! containerd's state (`/run/containerd`, where the bundles and their `config.json` live), so the
@@ -30,6 +39,7 @@ use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths;
 use gpuslice_e2e::procs::{describe, run_ok, run_timeout};
+use gpuslice_e2e::shimv2::{daemon_path, RUNTIME, SHIM};
 use gpuslice_e2e::suite::Node;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,22 +47,33 @@ use std::time::{Duration, Instant};
 
 const GOAL_MS: f64 = 10.0;
 
-/// (name, runc binary of the shim, annotations)
-type Variant<'a> = (&'a str, &'a Path, &'a [(&'a str, &'a str)]);
+/// How a variant's container is run.
+#[derive(Clone, Copy)]
+enum Runtime<'a> {
+    /// The runc v2 shim with this binary as its runc (`--runc-binary`).
+    RuncV2(&'a Path),
+    /// Our shim v2 runtime type (`--runtime io.containerd.gpuslice.v2`).
+    ShimV2,
+}
+
+/// (name, runtime, annotations)
+type Variant<'a> = (&'a str, Runtime<'a>, &'a [(&'a str, &'a str)]);
 
 /// One `ctr run --rm … /bin/true`; returns its wall time in ms.
-fn once(
-    ctd: &Containerd,
-    id: &str,
-    runc_binary: &Path,
-    annotations: &[(&str, &str)],
-) -> Result<f64> {
+fn once(ctd: &Containerd, id: &str, runtime: Runtime, annotations: &[(&str, &str)]) -> Result<f64> {
     let mut c = ctd.ctr();
-    c.args(["run", "--rm", "--net-host"])
-        .args(["--runtime", "io.containerd.runc.v2", "--runc-binary"])
-        .arg(runc_binary)
-        .arg("--runc-root")
-        .arg(ctd.dir.join("runc"));
+    c.args(["run", "--rm", "--net-host"]);
+    match runtime {
+        Runtime::RuncV2(runc_binary) => {
+            c.args(["--runtime", "io.containerd.runc.v2", "--runc-binary"])
+                .arg(runc_binary)
+                .arg("--runc-root")
+                .arg(ctd.dir.join("runc"));
+        }
+        Runtime::ShimV2 => {
+            c.args(["--runtime", RUNTIME]);
+        }
+    }
     for (k, v) in annotations {
         c.arg("--annotation").arg(format!("{k}={v}"));
     }
@@ -91,6 +112,7 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
             Need::Root,
             Need::Binary(bins.containerd()),
             Need::Binary(paths::runc()),
+            Need::Binary(paths::product(SHIM)),
             Need::Dist,
             Need::Product,
         ],
@@ -113,41 +135,49 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
     let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
     let rt = paths::product("gpuslice-runtime");
     let runc = paths::runc();
+    let mut env = arbiter.client_env();
+    // Our shim first in the daemon's PATH (then the engine's bin), as in tests/shimv2.rs; the
+    // runc v2 variants name their runc binary, so they are unaffected.
+    env.push(daemon_path(&bins));
     let ctd = Containerd::start(
         &bins,
         &node.scratch,
         &Options {
             gpuslice_runtime: Some(rt.clone()),
-            env: arbiter.client_env(),
+            env,
         },
     )?;
     ctd.import(&node.image.oci)?;
     let baseline = std::env::var_os("GPUSLICE_BENCH_BASELINE").map(PathBuf::from);
     let mem: &[(&str, &str)] = &[("gpuslice.io/memory", "1Gi")];
     let mut variants: Vec<Variant> = vec![
-        ("runc", &runc, &[]),
-        ("gpuslice, no request", &rt, &[]),
-        ("gpuslice, memory=1Gi", &rt, mem),
+        ("runc", Runtime::RuncV2(&runc), &[]),
+        ("gpuslice, no request", Runtime::RuncV2(&rt), &[]),
+        ("gpuslice, memory=1Gi", Runtime::RuncV2(&rt), mem),
+        ("gpuslice shim v2, no request", Runtime::ShimV2, &[]),
+        ("gpuslice shim v2, memory=1Gi", Runtime::ShimV2, mem),
     ];
+    // Index of the shim v2 memory=1Gi variant (for its goal line).
+    const SHIM_MEM: usize = 4;
     if let Some(b) = &baseline {
         ensure!(
             b.is_file(),
             "GPUSLICE_BENCH_BASELINE={}: no such file",
             b.display()
         );
-        variants.push(("baseline, memory=1Gi", b, mem));
+        variants.push(("baseline, memory=1Gi", Runtime::RuncV2(b), mem));
     }
     let load_before = loadavg();
     // Warm-up: one of each (page cache, first snapshot, arbiter connection).
-    for (i, (_, bin, ann)) in variants.iter().enumerate() {
-        once(&ctd, &format!("warm-{i}"), bin, ann)?;
+    for (i, (_, rt, ann)) in variants.iter().enumerate() {
+        once(&ctd, &format!("warm-{i}"), *rt, ann)?;
     }
     let mut samples = vec![Vec::new(); variants.len()];
     for r in 0..rounds {
         for k in 0..variants.len() {
             let i = (r + k) % variants.len();
-            let (_, bin, ann) = variants[i];
-            samples[i].push(once(&ctd, &format!("b{r}-{i}"), bin, ann)?);
+            let (_, rt, ann) = variants[i];
+            samples[i].push(once(&ctd, &format!("b{r}-{i}"), rt, ann)?);
         }
     }
     let version = run_timeout(
@@ -170,12 +200,12 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         println!("baseline: {}", b.display());
     }
     println!(
-        "{:<24} {:>9} {:>9} {:>9} {:>9}",
+        "{:<30} {:>9} {:>9} {:>9} {:>9}",
         "variant", "median", "p90", "min", "mean"
     );
     for ((name, _, _), s) in variants.iter().zip(&samples) {
         let (med, p90, min, mean) = stats(s);
-        println!("{name:<24} {med:>6.1} ms {p90:>6.1} ms {min:>6.1} ms {mean:>6.1} ms");
+        println!("{name:<30} {med:>6.1} ms {p90:>6.1} ms {min:>6.1} ms {mean:>6.1} ms");
     }
     let (base, _, _, _) = stats(&samples[0]);
     for (i, (name, _, _)) in variants.iter().enumerate().skip(1) {
@@ -188,19 +218,27 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         let (dmed, dp90, _, _) = stats(&d);
         let (med, _, _, _) = stats(&samples[i]);
         println!(
-            "added by {name:<22} median {:+6.1} ms (paired: median {dmed:+6.1} ms, p90 {dp90:+6.1} ms), ratio {:.2}x",
+            "added by {name:<28} median {:+6.1} ms (paired: median {dmed:+6.1} ms, p90 {dp90:+6.1} ms), ratio {:.2}x",
             med - base,
             med / base
         );
     }
-    let d: Vec<f64> = samples[2]
-        .iter()
-        .zip(&samples[0])
-        .map(|(g, p)| g - p)
-        .collect();
-    let (dmed, _, _, _) = stats(&d);
+    let paired_median = |i: usize| {
+        let d: Vec<f64> = samples[i]
+            .iter()
+            .zip(&samples[0])
+            .map(|(g, p)| g - p)
+            .collect();
+        stats(&d).0
+    };
+    let dmed = paired_median(2);
     println!(
         "goal: ≤ {GOAL_MS} ms added (paired median, gpuslice memory=1Gi vs runc): {dmed:.1} ms — {}",
+        if dmed <= GOAL_MS { "met" } else { "MISSED" }
+    );
+    let dmed = paired_median(SHIM_MEM);
+    println!(
+        "goal: ≤ {GOAL_MS} ms added (paired median, gpuslice shim v2 memory=1Gi vs runc): {dmed:.1} ms — {}",
         if dmed <= GOAL_MS { "met" } else { "MISSED" }
     );
     if let Some(out) = std::env::var_os("GPUSLICE_BENCH_STRACE") {
@@ -230,7 +268,7 @@ fn containerd_pid(ctd: &Containerd) -> Option<u32> {
 /// "where the time goes" reading in docs/benchmarks.md. Not part of the figures above.
 fn trace(ctd: &Containerd, out: &Path, variants: &[Variant]) -> Result<()> {
     let pid = containerd_pid(ctd).ok_or_else(|| anyhow::anyhow!("containerd's pid not found"))?;
-    for (i, (name, bin, ann)) in variants.iter().enumerate() {
+    for (i, (name, rt, ann)) in variants.iter().enumerate() {
         let file = out.with_extension(i.to_string());
         let mut st = Command::new("strace")
             .args(["-f", "-tt", "-qq", "-s", "96"])
@@ -243,7 +281,7 @@ fn trace(ctd: &Containerd, out: &Path, variants: &[Variant]) -> Result<()> {
             .args(["-p", &pid.to_string()])
             .spawn()?;
         std::thread::sleep(Duration::from_millis(500));
-        let ms = once(ctd, &format!("trace-{i}"), bin, ann);
+        let ms = once(ctd, &format!("trace-{i}"), *rt, ann);
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: kill(2) on the strace child this function spawned (its own pid).
         unsafe {
