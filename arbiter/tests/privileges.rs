@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod threads;
+use threads::{policy_of, thread_of};
+
 const BIN: &str = env!("CARGO_BIN_EXE_gpuslice-arbiter");
 
 struct Kill(Child);
@@ -54,18 +57,29 @@ fn status_field(pid: u32, key: &str) -> String {
         .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
 }
 
-#[test]
-fn arbiter_as_root_keeps_no_capability_and_still_works() {
+/// Root and the built simulated NVML (else a loud skip and `None`), and a fresh scratch
+/// directory named by `tag`: what every test here starts from.
+fn root_and_sim(tag: &str) -> Option<(PathBuf, PathBuf)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return skip("not running as root");
+        skip("not running as root");
+        return None;
     }
     let Some(lib) = sim_nvml() else {
-        return skip("the simulated NVML is not built (cargo build -p gpuslice-sim-nvml)");
+        skip("the simulated NVML is not built (cargo build -p gpuslice-sim-nvml)");
+        return None;
     };
-    let dir = std::env::temp_dir().join(format!("gs-h15-priv-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("gs-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    Some((lib, dir))
+}
+
+#[test]
+fn arbiter_as_root_keeps_no_capability_and_still_works() {
+    let Some((lib, dir)) = root_and_sim("h15-priv") else {
+        return;
+    };
     let sock = dir.join("arbiter.sock");
     let d = Kill(
         Command::new(BIN)
@@ -150,32 +164,11 @@ fn arbiter_as_root_keeps_no_capability_and_still_works() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The tid of the thread of process `pid` named `name`.
-fn thread_of(pid: u32, name: &str) -> Option<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .filter_map(|e| e.ok())
-        .find(|e| {
-            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
-        })?
-        .file_name()
-        .to_str()?
-        .parse()
-        .ok()
-}
-
 #[test]
 fn realtime_priority_keeps_cap_sys_nice_and_the_device_thread_runs_sched_fifo() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("not running as root");
-    }
-    let Some(lib) = sim_nvml() else {
-        return skip("the simulated NVML is not built (cargo build -p gpuslice-sim-nvml)");
+    let Some((lib, dir)) = root_and_sim("rt-priv") else {
+        return;
     };
-    let dir = std::env::temp_dir().join(format!("gs-rt-priv-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("config.toml");
     std::fs::write(
         &config,
@@ -219,18 +212,9 @@ fn realtime_priority_keeps_cap_sys_nice_and_the_device_thread_runs_sched_fifo() 
     let deadline = Instant::now() + Duration::from_secs(30);
     let (policy, prio) = loop {
         if let Some(tid) = thread_of(pid, "sched-gpu0") {
-            // SAFETY: plain queries of another process's thread; `p` is valid for the call.
-            let got = unsafe {
-                let mut p = libc::sched_param { sched_priority: -1 };
-                (
-                    libc::sched_getscheduler(tid),
-                    libc::sched_getparam(tid, &mut p),
-                    p.sched_priority,
-                )
-            };
+            let got = policy_of(tid);
             if got.0 == libc::SCHED_FIFO || Instant::now() > deadline {
-                assert_eq!(got.1, 0, "sched_getparam of thread {tid}");
-                break (got.0, got.2);
+                break got;
             }
         }
         assert!(Instant::now() < deadline, "no sched-gpu0 thread in {pid}");

@@ -9,42 +9,15 @@ use std::time::{Duration, Instant};
 
 #[allow(dead_code)] // the futex helper is for the tests that play a gate
 mod gate_words;
+mod threads;
 use gate_words::slice_dir;
+use threads::{policy_of, thread_of};
 
 fn skip(why: &str) {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("realtime scheduler test cannot run under CI: {why}");
     }
     eprintln!("\n\n*** SKIPPED sched_realtime: {why} (run as root to check SCHED_FIFO) ***\n");
-}
-
-/// The thread of this process named `name`: its tid.
-fn thread_named(name: &str) -> Option<libc::pid_t> {
-    std::fs::read_dir("/proc/self/task")
-        .ok()?
-        .filter_map(|e| e.ok())
-        .find(|e| {
-            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
-        })?
-        .file_name()
-        .to_str()?
-        .parse()
-        .ok()
-}
-
-/// Policy and priority of thread `tid`, from the kernel.
-fn policy_of(tid: libc::pid_t) -> (i32, i32) {
-    // SAFETY: plain queries of a thread of this process; `p` is valid for the call.
-    unsafe {
-        let pol = libc::sched_getscheduler(tid);
-        let mut p = libc::sched_param { sched_priority: -1 };
-        assert_eq!(
-            libc::sched_getparam(tid, &mut p),
-            0,
-            "sched_getparam({tid})"
-        );
-        (pol, p.sched_priority)
-    }
 }
 
 /// Starts device `index`'s loop (by scheduling a slice on it) and returns its thread's policy
@@ -55,7 +28,7 @@ fn start_device(sched: &Scheduler, index: u32, tag: &str) -> ((i32, i32), u32) {
     let name = format!("sched-gpu{index}");
     let t0 = Instant::now();
     let tid = loop {
-        if let Some(t) = thread_named(&name) {
+        if let Some(t) = thread_of(std::process::id(), &name) {
             // Its status is published once the slice is added (after the priority is set).
             if sched
                 .status()
