@@ -484,6 +484,9 @@ impl Policy {
         }
         if now.saturating_sub(h.lease_start) >= lease {
             if !others.is_empty() {
+                // Keep what this call learned (progress, the check): the loop asks
+                // `holder_progressed` next to decide whether to wait for the drain.
+                self.holder = Some(h);
                 return Decision::Revoke;
             }
             h.lease_start = now;
