@@ -75,31 +75,37 @@ fn root_and_sim(tag: &str) -> Option<(PathBuf, PathBuf)> {
     Some((lib, dir))
 }
 
+/// Starts the arbiter on the simulated NVML `lib` (its state file in `dir`) with `state` as
+/// state directory and `config`, and waits (60 s at most) for its control socket.
+fn start_arbiter(state: &Path, config: &Path, lib: &Path, dir: &Path) -> Kill {
+    let d = Kill(
+        Command::new(BIN)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--config")
+            .arg(config)
+            .env("GPUSLICE_NVML_LIBRARY", lib)
+            .env("GPUSLICE_SIM_STATE", dir.join("sim-state"))
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let sock = state.join("arbiter.sock");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < deadline, "arbiter did not open its socket");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d
+}
+
 #[test]
 fn arbiter_as_root_keeps_no_capability_and_still_works() {
     let Some((lib, dir)) = root_and_sim("h15-priv") else {
         return;
     };
     let sock = dir.join("arbiter.sock");
-    let d = Kill(
-        Command::new(BIN)
-            .args([
-                "--state-dir",
-                dir.to_str().unwrap(),
-                "--config",
-                "/dev/null",
-            ])
-            .env("GPUSLICE_NVML_LIBRARY", &lib)
-            .env("GPUSLICE_SIM_STATE", dir.join("sim-state"))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while UnixStream::connect(&sock).is_err() {
-        assert!(Instant::now() < deadline, "arbiter did not open its socket");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let d = start_arbiter(&dir, Path::new("/dev/null"), &lib, &dir);
     let pid = d.0.id();
     // CAP_SYS_PTRACE (bit 19): reclaim reads /proc/<pid>/ns/pid of tenant processes;
     // CAP_KILL (bit 5): the backstop's default memory action is kill.
@@ -177,21 +183,7 @@ fn realtime_priority_keeps_cap_sys_nice_and_the_device_thread_runs_sched_fifo() 
     .unwrap();
     let state = dir.join("state");
     let sock = state.join("arbiter.sock");
-    let d = Kill(
-        Command::new(BIN)
-            .args(["--state-dir", state.to_str().unwrap()])
-            .args(["--config", config.to_str().unwrap()])
-            .env("GPUSLICE_NVML_LIBRARY", &lib)
-            .env("GPUSLICE_SIM_STATE", dir.join("sim-state"))
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while UnixStream::connect(&sock).is_err() {
-        assert!(Instant::now() < deadline, "arbiter did not open its socket");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let d = start_arbiter(&state, &config, &lib, &dir);
     let pid = d.0.id();
     // CAP_SYS_NICE is bit 23, kept beside CAP_SYS_PTRACE and CAP_KILL.
     let kept = (1u64 << 19) | (1 << 5) | (1 << 23);
