@@ -1,0 +1,3 @@
+//! gpuslice-kubelet-plugin
+
+pub mod proto;
