@@ -535,3 +535,132 @@ fn glob_matching_many_stars_is_fast() {
         t.elapsed()
     );
 }
+
+/// The runtime classes a written config defines, by name, with their `runtime_type`.
+fn classes(doc: &DocumentMut, cri: &[&str]) -> Vec<(String, String)> {
+    let runtimes = toml_at(doc, &[cri, &["containerd", "runtimes"]].concat());
+    runtimes
+        .as_table()
+        .expect("runtimes is a table")
+        .iter()
+        .map(|(k, v)| {
+            let ty = v.get("runtime_type").and_then(|t| t.as_str()).unwrap_or("");
+            (k.to_string(), ty.to_string())
+        })
+        .collect()
+}
+
+/// Debian 12's and 13's packaged `/etc/containerd/config.toml` set only the CRI plugin's `cni`
+/// table and rely on the built-in `runc` class. Any `runtimes` entry replaces that built-in map
+/// when containerd decodes the table, so the configured file must name `runc` itself (else the
+/// CRI plugin fails: no runtime for `default_runtime_name = "runc"`), beside `gpuslice`.
+#[test]
+fn containerd_debian_stock_keeps_the_builtin_runc_class() {
+    for in_place in [false, true] {
+        let dir = scratch(if in_place { "deb-inplace" } else { "deb" });
+        let mut opts = ctd(&dir, "containerd-debian.toml");
+        opts.in_place = in_place;
+        converge(|| containerd::plan(&opts).unwrap());
+        let file = if in_place {
+            dir.join("containerd-debian.toml")
+        } else {
+            dir.join("conf.d/gpuslice.toml")
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        if !in_place {
+            golden("containerd-debian.drop-in.toml", &dir, &text);
+        }
+        let doc: DocumentMut = text.parse().unwrap();
+        let cri = ["plugins", "io.containerd.grpc.v1.cri"];
+        assert_eq!(
+            classes(&doc, &cri),
+            [
+                ("runc".to_string(), containerd::RUNC_TYPE.to_string()),
+                ("gpuslice".to_string(), containerd::RUNC_TYPE.to_string()),
+            ],
+            "{}:\n{text}",
+            file.display()
+        );
+        // The built-in class is written with zero-valued options only: nothing of ours.
+        let runc_opts = toml_at(
+            &doc,
+            &[&cri[..], &["containerd", "runtimes", "runc", "options"]].concat(),
+        );
+        assert_eq!(runc_opts.as_table().map(|t| t.len()), Some(0));
+        // The user's CNI settings are carried.
+        assert_eq!(
+            toml_at(&doc, &[&cri[..], &["cni", "conf_dir"]].concat()).as_str(),
+            Some("/etc/cni/net.d")
+        );
+    }
+}
+
+/// k3s-style generated files (versions 2 and 3) define `runc` themselves: it is kept as it is
+/// (its options included) and not doubled; the registry settings are carried.
+#[test]
+fn containerd_k3s_style_keeps_its_runc_class_and_registry() {
+    for (file, cri, registry) in [
+        (
+            "containerd-k3s-v2.toml",
+            ["plugins", "io.containerd.grpc.v1.cri"],
+            Some([
+                "plugins",
+                "io.containerd.grpc.v1.cri",
+                "registry",
+                "config_path",
+            ]),
+        ),
+        (
+            "containerd-k3s-v3.toml",
+            ["plugins", "io.containerd.cri.v1.runtime"],
+            None,
+        ),
+    ] {
+        let dir = scratch(file);
+        let opts = ctd(&dir, file);
+        converge(|| containerd::plan(&opts).unwrap());
+        let text = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml")).unwrap();
+        let doc: DocumentMut = text.parse().unwrap();
+        assert_eq!(
+            classes(&doc, &cri),
+            [
+                ("runc".to_string(), containerd::RUNC_TYPE.to_string()),
+                ("gpuslice".to_string(), containerd::RUNC_TYPE.to_string()),
+            ],
+            "{file}:\n{text}"
+        );
+        let sysd = [
+            &cri[..],
+            &["containerd", "runtimes", "runc", "options", "SystemdCgroup"],
+        ]
+        .concat();
+        assert_eq!(toml_at(&doc, &sysd).as_bool(), Some(false), "{file}");
+        if let Some(keys) = registry {
+            assert!(toml_at(&doc, &keys).as_str().unwrap().ends_with("certs.d"));
+        }
+    }
+}
+
+/// A default runtime that names another class which the file defines is copied, and no `runc`
+/// is invented; one naming a class the file lacks was broken before and is not "repaired".
+#[test]
+fn containerd_other_default_runtime_gets_no_runc() {
+    let dir = scratch("otherdefault");
+    let cfg = dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"crun\"\n  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun]\n    runtime_type = \"io.containerd.runc.v2\"\n    [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.crun.options]\n      BinaryName = \"/usr/bin/crun\"\n",
+    )
+    .unwrap();
+    let opts = ctd(&dir, "config.toml");
+    converge(|| containerd::plan(&opts).unwrap());
+    let doc: DocumentMut = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let names: Vec<String> = classes(&doc, &["plugins", "io.containerd.grpc.v1.cri"])
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names, ["crun", "gpuslice"]);
+}

@@ -181,7 +181,14 @@ fn render_drop_in(
     };
     if let Some(mut prev) = previous_class {
         tomlx::forget_positions(&mut prev);
+        let default_name = get_table(&cri, &["containerd"])
+            .and_then(|c| c.get("default_runtime_name"))
+            .and_then(Item::as_str)
+            .filter(|n| *n != CLASS)
+            .map(str::to_string);
         let runtimes = table_at(&mut cri, &["containerd", "runtimes"], drop_in)?;
+        // Same order as a first run: the built-in class before ours.
+        keep_builtin_default(runtimes, default_name.as_deref());
         runtimes.insert(CLASS, Item::Table(prev));
     }
     edit_cri(&mut cri, opts, drop_in)?;
@@ -248,6 +255,31 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     ok[n.len()]
 }
 
+/// The runtime class containerd defines by itself when a config names none: `runc`, on runc's
+/// shim with every option at its zero value (what `containerd config dump` of 1.6, 1.7 and 2.1
+/// shows for a config without a `runtimes` table; the sandbox mode left out is defaulted by
+/// each version's own validation).
+pub const BUILTIN_DEFAULT: &str = "runc";
+
+/// A config that relies on the built-in `runc` class (its `runtimes` table lacks the default
+/// runtime's name, `runc` when unset) loses it the moment `runtimes` gains any entry: the CRI
+/// plugin decodes the table over its defaults and the map replaces the built-in one, so the
+/// plugin fails with "no corresponding runtime configured in `containerd.runtimes`". Write the
+/// built-in class out before adding ours. A default naming some other missing class was broken
+/// before we came and is left as it is.
+fn keep_builtin_default(runtimes: &mut Table, default_name: Option<&str>) {
+    let name = default_name.unwrap_or(BUILTIN_DEFAULT);
+    if name != BUILTIN_DEFAULT || runtimes.contains_key(name) {
+        return;
+    }
+    let mut runc = Table::new();
+    runc.insert("runtime_type", toml_edit::value(RUNC_TYPE));
+    let mut options = Table::new();
+    options.set_implicit(false);
+    runc.insert("options", Item::Table(options));
+    runtimes.insert(BUILTIN_DEFAULT, Item::Table(runc));
+}
+
 /// Adds or completes the class in a CRI plugin table; optional default runtime and CDI.
 pub fn edit_cri(cri: &mut Table, opts: &Options, path: &Path) -> Result<(), ConfigureError> {
     if opts.enable_cdi {
@@ -267,6 +299,7 @@ pub fn edit_cri(cri: &mut Table, opts: &Options, path: &Path) -> Result<(), Conf
         set_str(containerd, "default_runtime_name", CLASS);
     }
     let runtimes = table_at(containerd, &["runtimes"], path)?;
+    keep_builtin_default(runtimes, source_name.as_deref());
     let source = source_name
         .as_deref()
         .and_then(|n| runtimes.get(n))
