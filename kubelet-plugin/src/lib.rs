@@ -1,3 +1,31 @@
-//! gpuslice-kubelet-plugin
+//! `gpuslice-kubelet-plugin`: the Kubernetes DRA driver `gpuslice.io` on one node.
+//!
+//! * What the node offers the cluster: [`capacity`] (from the arbiter's own admission policy)
+//!   and [`resourceslice`] (the ResourceSlice content), checked by [`validate`].
+//! * What a claim becomes: [`plan`] (allocation result + [`sliceconfig`] → slice request), and
+//!   [`driver`] (prepare / unprepare: arbiter, [`cdi`] spec, [`checkpoint`]).
+//! * How kubelet reaches it: [`grpc`] services on the unix sockets of [`serve`].
+//!
+//! Behind traits for tests without root, GPU, kubelet or API server: [`gpu::GpuSource`]
+//! ([`nvml`] on a node), [`claim::ClaimSource`], [`arbiter::Arbiter`], [`cdi::ClaimCdi`].
+//! Not here yet: the API-server client (reading claims, publishing ResourceSlices).
 
+pub mod arbiter;
+pub mod capacity;
+pub mod cdi;
+pub mod checkpoint;
+pub mod claim;
+pub mod driver;
+pub mod gpu;
+pub mod grpc;
+pub mod nvml;
+pub mod plan;
 pub mod proto;
+pub mod quantity;
+pub mod resourceslice;
+pub mod serve;
+pub mod sliceconfig;
+pub mod validate;
+
+/// The DRA driver name.
+pub const DRIVER: &str = "gpuslice.io";

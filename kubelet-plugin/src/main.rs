@@ -1,1 +1,181 @@
-fn main() {}
+//! `gpuslice-kubelet-plugin`: the kubelet plugin of gpuslice. `--mode dra` (the only mode so
+//! far): the DRA driver `gpuslice.io` — registration socket, DRA node service v1 / v1beta1,
+//! slices admitted at the arbiter, one CDI spec per claim. Logs to stderr.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use gpuslice_api::Config;
+use gpuslice_arbiter::fit::Policy;
+use gpuslice_kubelet_plugin::arbiter::SocketArbiter;
+use gpuslice_kubelet_plugin::capacity::{PublishPolicy, DEFAULT_SLICES_PER_GPU};
+use gpuslice_kubelet_plugin::cdi::CdiDir;
+use gpuslice_kubelet_plugin::checkpoint;
+use gpuslice_kubelet_plugin::claim::DirClaims;
+use gpuslice_kubelet_plugin::driver::{Driver, Parts};
+use gpuslice_kubelet_plugin::gpu::GpuSource;
+use gpuslice_kubelet_plugin::nvml::NvmlGpus;
+use gpuslice_kubelet_plugin::resourceslice::resource_slices;
+use gpuslice_kubelet_plugin::serve::{serve, Sockets};
+use gpuslice_kubelet_plugin::validate;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Kubernetes Dynamic Resource Allocation driver `gpuslice.io`.
+    Dra,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpuslice-kubelet-plugin",
+    version,
+    about = "gpuslice kubelet plugin"
+)]
+struct Cli {
+    /// Which plugin to run.
+    #[arg(long, value_enum, default_value = "dra")]
+    mode: Mode,
+    /// State directory (arbiter.sock).
+    #[arg(long, env = "GPUSLICE_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Node configuration file (the arbiter's admission settings are read from it).
+    #[arg(long, env = "GPUSLICE_CONFIG")]
+    config: Option<PathBuf>,
+    /// This node's name: the pool name of its ResourceSlices.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// kubelet's plugin registration directory.
+    #[arg(long, default_value = "/var/lib/kubelet/plugins_registry")]
+    registry_dir: PathBuf,
+    /// This plugin's directory (DRA socket, checkpoint).
+    #[arg(long, default_value = "/var/lib/kubelet/plugins/gpuslice.io")]
+    plugin_dir: PathBuf,
+    /// Where the per-claim CDI specs are written.
+    #[arg(long, default_value = "/var/run/cdi")]
+    cdi_dir: PathBuf,
+    /// Claims per GPU at most; the context reserves of that many slices are set aside.
+    #[arg(long, default_value_t = DEFAULT_SLICES_PER_GPU, value_parser = clap::value_parser!(u32).range(1..=100))]
+    slices_per_gpu: u32,
+    /// Root the driver's libraries are found under.
+    #[arg(long, default_value = "/")]
+    driver_root: PathBuf,
+    /// Directory holding the device nodes.
+    #[arg(long, default_value = "/dev")]
+    dev_root: PathBuf,
+    /// Bound on each arbiter call, seconds.
+    #[arg(long, default_value_t = 5)]
+    arbiter_timeout: u64,
+    /// Read ResourceClaims from `<DIR>/<namespace>/<name>.json` instead of the API server (the
+    /// API client is not written yet, so this is required for now).
+    #[arg(long)]
+    claims_from: Option<PathBuf>,
+    /// Print this node's ResourceSlices (JSON) and exit.
+    #[arg(long)]
+    print_resource_slices: bool,
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let Mode::Dra = cli.mode;
+    let config_path = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(gpuslice_api::config::DEFAULT_CONFIG_PATH));
+    let config = Config::load(&config_path, cli.config.is_some())?;
+    let state_dir = cli.state_dir.clone().unwrap_or(config.state_dir.clone());
+    let nvml = std::env::var_os("GPUSLICE_NVML_LIBRARY")
+        .map(PathBuf::from)
+        .or_else(|| config.nvml_library.clone());
+    let gpus: Arc<dyn GpuSource> = Arc::new(NvmlGpus::open(nvml.as_deref())?);
+    let policy = Policy::from(&config.admission);
+    let publish = PublishPolicy {
+        slices_per_gpu: cli.slices_per_gpu,
+    };
+    if cli.print_resource_slices {
+        let slices = resource_slices(&cli.node_name, &gpus.gpus()?, &policy, &publish, 0);
+        for s in &slices {
+            let bad = validate::resource_slice(s);
+            if !bad.is_empty() {
+                bail!("computed ResourceSlice is invalid: {bad:?}");
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&slices)?);
+        return Ok(());
+    }
+    let Some(claims_dir) = cli.claims_from.clone() else {
+        bail!("the API-server client is not written yet: give --claims-from DIR");
+    };
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/bin/x"));
+    let bin = exe.parent().unwrap_or(Path::new("/usr/bin")).to_path_buf();
+    let interposer = absolute(
+        &config
+            .interposer
+            .clone()
+            .unwrap_or_else(|| bin.join("../lib/gpuslice/libgpuslice.so")),
+    );
+    let options = gpuslice_cdi::Options {
+        driver_root: cli.driver_root.clone(),
+        dev_root: cli.dev_root.clone(),
+        preload_file: interposer
+            .parent()
+            .unwrap_or(Path::new("/usr/lib/gpuslice"))
+            .join("ld.so.preload"),
+        interposer,
+        hook: absolute(
+            &config
+                .runtime
+                .hook
+                .clone()
+                .unwrap_or_else(|| bin.join("gpuslice-hook")),
+        ),
+        state_dir: state_dir.clone(),
+        config: cli.config.as_deref().map(absolute),
+    };
+    let driver = Driver::new(Parts {
+        node: cli.node_name.clone(),
+        gpus,
+        policy,
+        publish,
+        claims: Arc::new(DirClaims(claims_dir)),
+        arbiter: Arc::new(SocketArbiter::new(
+            &state_dir,
+            Duration::from_secs(cli.arbiter_timeout.max(1)),
+        )),
+        cdi: Arc::new(CdiDir {
+            dir: cli.cdi_dir.clone(),
+            options,
+        }),
+        checkpoint: cli.plugin_dir.join(checkpoint::FILE),
+    })?;
+    let sockets = Sockets {
+        registry_dir: cli.registry_dir.clone(),
+        plugin_dir: cli.plugin_dir.clone(),
+    };
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(serve(&sockets, Arc::new(driver), async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("stopping");
+    }))
+}

@@ -1,0 +1,127 @@
+//! One CDI spec per prepared claim: kind `gpuslice.io/claim`, one device named by the claim's
+//! UID (`gpuslice.io/claim=<uid>`), in `<cdi dir>/gpuslice.io-claim_<uid>.yaml`. Its edits are
+//! what `gpuslice cdi generate` builds for that one GPU ([`gpuslice_cdi::build`]: control and
+//! GPU device nodes, driver libraries, interposer, `/etc/ld.so.preload`), without the
+//! standalone hooks (the slice already exists: it belongs to the claim, not to a container),
+//! plus the slice directory read-only at `/run/gpuslice` with its `usage` file read-write on
+//! top, `GPUSLICE_SLICE_DIR` and `CUDA_VISIBLE_DEVICES`.
+
+use std::path::{Path, PathBuf};
+
+use gpuslice_cdi::spec::{self, Device, Edits, Mount, Spec};
+use gpuslice_cdi::{CdiError, Format, Options};
+
+use crate::gpu::Gpu;
+
+/// Kind of the per-claim devices.
+pub const KIND: &str = "gpuslice.io/claim";
+/// The slice directory inside the container.
+pub const CONTAINER_SLICE_DIR: &str = "/run/gpuslice";
+/// The writable usage file of a slice directory.
+pub const USAGE_FILE: &str = "usage";
+
+/// The qualified CDI device name of a claim.
+pub fn device_id(claim_uid: &str) -> String {
+    format!("{KIND}={claim_uid}")
+}
+
+/// Writes and removes claims' CDI specs.
+pub trait ClaimCdi: Send + Sync {
+    /// Writes the spec of `claim_uid` (slice at `slice_dir` on `gpu`); returns its device ids.
+    fn write(&self, claim_uid: &str, gpu: &Gpu, slice_dir: &Path) -> Result<Vec<String>, CdiError>;
+    /// Removes it; a missing spec is success.
+    fn remove(&self, claim_uid: &str) -> Result<(), CdiError>;
+}
+
+/// Specs in a CDI directory (`/var/run/cdi`), built with the `gpuslice-cdi` crate.
+#[derive(Clone, Debug)]
+pub struct CdiDir {
+    /// The directory engines read.
+    pub dir: PathBuf,
+    /// What `gpuslice cdi generate` would be given.
+    pub options: Options,
+}
+
+impl CdiDir {
+    /// The spec file of `claim_uid`.
+    pub fn path(&self, claim_uid: &str) -> PathBuf {
+        self.dir.join(format!("gpuslice.io-claim_{claim_uid}.yaml"))
+    }
+
+    /// The spec of `claim_uid` (validated, lowest version).
+    pub fn spec(&self, claim_uid: &str, gpu: &Gpu, slice_dir: &Path) -> Result<Spec, CdiError> {
+        let cdi_gpu = gpuslice_cdi::Gpu {
+            index: gpu.info.index,
+            uuid: gpu.info.uuid.clone(),
+            minor: gpu.minor,
+        };
+        let base = gpuslice_cdi::build(&self.options, &[cdi_gpu])?;
+        let mut edits = base.container_edits;
+        edits.hooks.clear();
+        let by_uuid = base
+            .devices
+            .iter()
+            .find(|d| d.name == gpu.info.uuid)
+            .ok_or_else(|| CdiError::Missing(format!("no CDI edits for {}", gpu.info.uuid)))?;
+        edits
+            .env
+            .extend(by_uuid.container_edits.env.iter().cloned());
+        edits
+            .device_nodes
+            .extend(by_uuid.container_edits.device_nodes.iter().cloned());
+        let opts = |rw: &str| {
+            ["bind", rw, "nosuid", "nodev", "noexec"]
+                .map(String::from)
+                .to_vec()
+        };
+        edits.mounts.push(Mount {
+            host_path: slice_dir.display().to_string(),
+            container_path: CONTAINER_SLICE_DIR.into(),
+            options: opts("ro"),
+        });
+        edits.mounts.push(Mount {
+            host_path: slice_dir.join(USAGE_FILE).display().to_string(),
+            container_path: format!("{CONTAINER_SLICE_DIR}/{USAGE_FILE}"),
+            options: opts("rw"),
+        });
+        edits
+            .env
+            .push(format!("GPUSLICE_SLICE_DIR={CONTAINER_SLICE_DIR}"));
+        edits
+            .env
+            .push(format!("CUDA_VISIBLE_DEVICES={}", gpu.info.uuid));
+        let mut s = Spec {
+            cdi_version: String::new(),
+            kind: KIND.into(),
+            devices: vec![Device {
+                name: claim_uid.to_string(),
+                container_edits: edits,
+            }],
+            container_edits: Edits::default(),
+        };
+        s.set_lowest_version()?;
+        s.validate(&self.path(claim_uid))?;
+        Ok(s)
+    }
+}
+
+impl ClaimCdi for CdiDir {
+    fn write(&self, claim_uid: &str, gpu: &Gpu, slice_dir: &Path) -> Result<Vec<String>, CdiError> {
+        let s = self.spec(claim_uid, gpu, slice_dir)?;
+        let preload = gpuslice_cdi::preload_content();
+        if std::fs::read_to_string(&self.options.preload_file).ok() != Some(preload.clone()) {
+            spec::write_atomic(&self.options.preload_file, &preload)?;
+        }
+        spec::write_atomic(&self.path(claim_uid), &s.render(Format::Yaml)?)?;
+        Ok(vec![device_id(claim_uid)])
+    }
+
+    fn remove(&self, claim_uid: &str) -> Result<(), CdiError> {
+        let p = self.path(claim_uid);
+        match std::fs::remove_file(&p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(CdiError::Io(format!("remove {}: {e}", p.display()))),
+        }
+    }
+}

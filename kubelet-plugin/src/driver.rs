@@ -1,0 +1,320 @@
+//! NodePrepareResources / NodeUnprepareResources, independent of gRPC: per claim, read it,
+//! plan it ([`crate::plan`]), check it against what this node published, checkpoint it, admit its
+//! slice on exactly the allocated GPU, write its CDI spec, return the CDI device ids. Each claim
+//! succeeds or fails alone; a failure undoes what that call did (slice, CDI spec, checkpoint
+//! entry) and says so. Idempotent: a claim already in the checkpoint is completed from the
+//! recorded plan (kubelet retries, plugin restarts).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use gpuslice_api::MemoryRequest;
+use gpuslice_arbiter::fit::Policy;
+
+use crate::arbiter::Arbiter;
+use crate::capacity::{self, Offer, PublishPolicy};
+use crate::cdi::ClaimCdi;
+use crate::checkpoint::{Checkpoint, CheckpointError, Entry, Stage};
+use crate::claim::{ClaimRef, ClaimSource, SourceError};
+use crate::gpu::{Gpu, GpuSource};
+use crate::plan::{self, Plan};
+
+/// A prepared claim's device, as kubelet gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreparedDevice {
+    /// The claim's request it serves.
+    pub request: String,
+    /// Pool.
+    pub pool: String,
+    /// Device.
+    pub device: String,
+    /// CDI device ids.
+    pub cdi_device_ids: Vec<String>,
+}
+
+/// What the driver needs.
+pub struct Parts {
+    /// This node's name (= pool name).
+    pub node: String,
+    /// The GPUs.
+    pub gpus: Arc<dyn GpuSource>,
+    /// The arbiter's admission policy (from the node configuration).
+    pub policy: Policy,
+    /// What is published per GPU.
+    pub publish: PublishPolicy,
+    /// ResourceClaims.
+    pub claims: Arc<dyn ClaimSource>,
+    /// The arbiter.
+    pub arbiter: Arc<dyn Arbiter>,
+    /// CDI specs.
+    pub cdi: Arc<dyn ClaimCdi>,
+    /// The checkpoint file.
+    pub checkpoint: PathBuf,
+}
+
+/// The driver's node side.
+pub struct Driver {
+    parts: Parts,
+    state: Mutex<Checkpoint>,
+}
+
+/// The slice id of a claim.
+pub fn slice_id(claim_uid: &str) -> String {
+    format!("dra-{claim_uid}")
+}
+
+impl Driver {
+    /// Starts from the checkpoint on disk (claims prepared by an earlier run are kept).
+    pub fn new(parts: Parts) -> Result<Driver, CheckpointError> {
+        let state = Checkpoint::load(&parts.checkpoint)?;
+        Ok(Driver {
+            parts,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// The node's name.
+    pub fn node(&self) -> &str {
+        &self.parts.node
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Checkpoint> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of the checkpoint as it is now.
+    pub fn checkpoint(&self) -> Checkpoint {
+        self.lock().clone()
+    }
+
+    /// Prepares every claim; one result per claim UID.
+    pub fn prepare(
+        &self,
+        claims: &[ClaimRef],
+    ) -> BTreeMap<String, Result<Vec<PreparedDevice>, String>> {
+        claims
+            .iter()
+            .map(|c| {
+                let r = self.prepare_one(c);
+                match &r {
+                    Ok(d) => tracing::info!(claim = %c, devices = ?d, "prepared"),
+                    Err(e) => tracing::warn!("prepare failed: {e}"),
+                }
+                (c.uid.clone(), r)
+            })
+            .collect()
+    }
+
+    /// Unprepares every claim; one result per claim UID.
+    pub fn unprepare(&self, claims: &[ClaimRef]) -> BTreeMap<String, Result<(), String>> {
+        claims
+            .iter()
+            .map(|c| {
+                let r = self.unprepare_one(c);
+                match &r {
+                    Ok(()) => tracing::info!(claim = %c, "unprepared"),
+                    Err(e) => tracing::warn!("unprepare failed: {e}"),
+                }
+                (c.uid.clone(), r)
+            })
+            .collect()
+    }
+
+    fn offers(&self) -> Result<Vec<(Gpu, Offer)>, String> {
+        let gpus = self.parts.gpus.gpus().map_err(|e| e.to_string())?;
+        Ok(gpus
+            .into_iter()
+            .map(|g| {
+                let o = capacity::offer(&self.parts.policy, &self.parts.publish, &g.info);
+                (g, o)
+            })
+            .collect())
+    }
+
+    fn prepare_one(&self, c: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        let mut state = self.lock();
+        let offers = self.offers().map_err(|e| format!("{c}: {e}"))?;
+        let (plan, fresh) = match state.claims.get(&c.uid) {
+            // Kubelet asks again for a claim it was given: the same answer, nothing touched.
+            Some(e) if e.stage == Stage::Prepared => {
+                return Ok(vec![device_of(&e.plan, e.cdi_device_ids.clone())]);
+            }
+            // Begun by an earlier call or an earlier run of the plugin: finish it.
+            Some(e) => (e.plan.clone(), false),
+            None => {
+                let claim = self
+                    .parts
+                    .claims
+                    .get(&c.namespace, &c.name)
+                    .map_err(|e| match e {
+                        SourceError::NotFound => {
+                            format!("{c}: not found at the API server (deleted meanwhile?)")
+                        }
+                        e => format!("{c}: reading it: {e}"),
+                    })?;
+                let plan =
+                    plan::plan(c, &claim, &self.parts.node, &offers).map_err(|e| e.to_string())?;
+                fits(c, &plan, &state, &offers)?;
+                (plan, true)
+            }
+        };
+        let dev = format!("{c}: device {}", plan.device);
+        let gpu = offers
+            .iter()
+            .map(|(g, _)| g)
+            .find(|g| g.info.uuid == plan.uuid)
+            .cloned()
+            .ok_or_else(|| format!("{dev}: GPU {} is no longer on this node", plan.uuid))?;
+        if fresh {
+            state.claims.insert(
+                c.uid.clone(),
+                Entry {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    stage: Stage::Preparing,
+                    plan: plan.clone(),
+                    cdi_device_ids: Vec::new(),
+                },
+            );
+            if let Err(e) = state.save(&self.parts.checkpoint) {
+                state.claims.remove(&c.uid);
+                return Err(format!("{dev}: {e}; nothing was admitted"));
+            }
+        }
+        let id = slice_id(&c.uid);
+        // From here on a failure undoes everything this claim holds: slice, spec, entry.
+        let undo = |state: &mut Checkpoint, why: String| -> String {
+            let mut notes = Vec::new();
+            match self.parts.arbiter.release(&id) {
+                Ok(_) => {}
+                Err(e) => notes.push(format!("slice {id} NOT released: {e}")),
+            }
+            if let Err(e) = self.parts.cdi.remove(&c.uid) {
+                notes.push(format!("CDI spec NOT removed: {e}"));
+            }
+            state.claims.remove(&c.uid);
+            if let Err(e) = state.save(&self.parts.checkpoint) {
+                notes.push(format!("{e}"));
+            }
+            if notes.is_empty() {
+                format!("{why}; nothing was left behind")
+            } else {
+                format!("{why}; {}", notes.join("; "))
+            }
+        };
+        let admitted = match self.parts.arbiter.admit(&id, &plan.slice) {
+            Ok(a) => a,
+            Err(e) => return Err(undo(&mut state, format!("{dev}: {e}"))),
+        };
+        if admitted.devices.len() != 1 || admitted.devices[0].uuid != plan.uuid {
+            let got: Vec<&str> = admitted.devices.iter().map(|d| d.uuid.as_str()).collect();
+            return Err(undo(
+                &mut state,
+                format!(
+                    "{dev}: the arbiter placed slice {id} on {got:?}, not on {}",
+                    plan.uuid
+                ),
+            ));
+        }
+        let ids = match self.parts.cdi.write(&c.uid, &gpu, &admitted.slice_dir) {
+            Ok(ids) => ids,
+            Err(e) => return Err(undo(&mut state, format!("{dev}: CDI spec: {e}"))),
+        };
+        if let Some(e) = state.claims.get_mut(&c.uid) {
+            e.stage = Stage::Prepared;
+            e.cdi_device_ids = ids.clone();
+        }
+        if let Err(e) = state.save(&self.parts.checkpoint) {
+            return Err(undo(&mut state, format!("{dev}: {e}")));
+        }
+        Ok(vec![device_of(&plan, ids)])
+    }
+
+    fn unprepare_one(&self, c: &ClaimRef) -> Result<(), String> {
+        let mut state = self.lock();
+        let id = slice_id(&c.uid);
+        let what = match state.claims.get(&c.uid) {
+            Some(e) => format!("{c}: device {}", e.plan.device),
+            None => c.to_string(),
+        };
+        // Release and remove even without an entry: both are idempotent, and a plugin that
+        // lost its checkpoint must not leak the slice.
+        self.parts
+            .arbiter
+            .release(&id)
+            .map_err(|e| format!("{what}: releasing slice {id}: {e}"))?;
+        self.parts
+            .cdi
+            .remove(&c.uid)
+            .map_err(|e| format!("{what}: removing the CDI spec: {e}"))?;
+        if state.claims.remove(&c.uid).is_some() {
+            state
+                .save(&self.parts.checkpoint)
+                .map_err(|e| format!("{what}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+fn device_of(plan: &Plan, cdi_device_ids: Vec<String>) -> PreparedDevice {
+    PreparedDevice {
+        request: plan.request.clone(),
+        pool: plan.pool.clone(),
+        device: plan.device.clone(),
+        cdi_device_ids,
+    }
+}
+
+/// The claim with what this node already prepared on the same GPU stays within what it
+/// published (the scheduler's own rule; a claim beyond it was not allocated by a scheduler that
+/// saw our slice).
+fn fits(
+    c: &ClaimRef,
+    plan: &Plan,
+    state: &Checkpoint,
+    offers: &[(Gpu, Offer)],
+) -> Result<(), String> {
+    let Some((_, offer)) = offers.iter().find(|(g, _)| g.info.uuid == plan.uuid) else {
+        return Ok(());
+    };
+    let bytes = |p: &Plan| match p.slice.memory {
+        Some(MemoryRequest::Bytes(b)) => b,
+        _ => 0,
+    };
+    let others: Vec<&Plan> = state
+        .claims
+        .iter()
+        .filter(|(uid, e)| **uid != c.uid && e.plan.uuid == plan.uuid)
+        .map(|(_, e)| &e.plan)
+        .collect();
+    let dev = format!("{c}: device {}", plan.device);
+    if others.len() >= offer.slices as usize {
+        return Err(format!(
+            "{dev}: capacity slices: {} claims are prepared on it, its published capacity is {}",
+            others.len(),
+            offer.slices
+        ));
+    }
+    let memory: u64 = others.iter().map(|p| bytes(p)).sum::<u64>() + bytes(plan);
+    if memory > offer.memory {
+        return Err(format!(
+            "{dev}: consumedCapacity.memory: {} with the claims prepared on it is {memory}, above its published memory {}",
+            bytes(plan),
+            offer.memory
+        ));
+    }
+    let compute: u64 = others
+        .iter()
+        .chain(std::iter::once(&plan))
+        .map(|p| u64::from(p.slice.compute.unwrap_or(0)))
+        .sum();
+    if compute > offer.compute {
+        return Err(format!(
+            "{dev}: consumedCapacity.compute: {} with the claims prepared on it is {compute}, above its published compute {}",
+            plan.slice.compute.unwrap_or(0),
+            offer.compute
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! From a ResourceClaim to the one slice it becomes: its allocation result for driver
+//! `gpuslice.io` on this node's pool (device `gpu-<index>`, consumed `memory` / `compute`), and
+//! the `SliceConfig`s that apply to that request. Every refusal names the claim, the device and
+//! the field.
+//!
+//! Request policy, as published ([`crate::resourceslice`]): the memory cap is exactly the
+//! consumed `memory` (bytes; the scheduler rounded it to whole MiB, a claim that names none got
+//! the whole offer); the guarantee is the consumed `compute` (0 = best effort); `computeLimit`
+//! and `priority` come from the opaque `SliceConfig` (defaults 100 and normal). One claim = one
+//! device = one slice: a claim with two `gpuslice.io` results is refused.
+
+use gpuslice_api::request::{DeviceRef, DeviceSelector};
+use gpuslice_api::{MemoryRequest, Priority, SliceRequest};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde::{Deserialize, Serialize};
+
+use crate::capacity::{names, Offer};
+use crate::claim::ClaimRef;
+use crate::gpu::{index_of, Gpu};
+use crate::sliceconfig::{self, SliceConfig};
+use crate::{quantity, DRIVER};
+
+/// What one claim becomes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The claim's request the device was allocated for.
+    pub request: String,
+    /// Pool (this node's name).
+    pub pool: String,
+    /// `gpu-<index>`.
+    pub device: String,
+    /// The GPU's UUID (the slice is admitted on exactly this device).
+    pub uuid: String,
+    /// What the arbiter is asked for.
+    pub slice: SliceRequest,
+}
+
+/// A claim that cannot be prepared.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{claim}: {}{field}: {reason}", .device.as_ref().map(|d| format!("device {d}: ")).unwrap_or_default())]
+pub struct PlanError {
+    /// The claim.
+    pub claim: String,
+    /// The device, when one is concerned.
+    pub device: Option<String>,
+    /// The field of the claim at fault.
+    pub field: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Plans `claim` (as read from the API server) for `node` with its `gpus` and their offers.
+pub fn plan(
+    r: &ClaimRef,
+    claim: &ResourceClaim,
+    node: &str,
+    gpus: &[(Gpu, Offer)],
+) -> Result<Plan, PlanError> {
+    let fail = |device: Option<&str>, field: &str, reason: String| PlanError {
+        claim: r.to_string(),
+        device: device.map(str::to_string),
+        field: field.to_string(),
+        reason,
+    };
+    if claim.metadata.uid.as_deref() != Some(r.uid.as_str()) {
+        return Err(fail(
+            None,
+            "metadata.uid",
+            format!(
+                "the API server has {:?}: the claim was deleted and recreated",
+                claim.metadata.uid
+            ),
+        ));
+    }
+    let alloc = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .ok_or_else(|| fail(None, "status.allocation", "not allocated".into()))?;
+    let results = alloc
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let ours: Vec<(usize, _)> = results
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.driver == DRIVER)
+        .collect();
+    let (i, result) = match ours.as_slice() {
+        [one] => *one,
+        [] => {
+            let others: Vec<&str> = results.iter().map(|x| x.driver.as_str()).collect();
+            return Err(fail(
+                None,
+                "status.allocation.devices.results",
+                format!("no device of driver {DRIVER} (drivers: {others:?})"),
+            ));
+        }
+        many => {
+            return Err(fail(
+                None,
+                "status.allocation.devices.results",
+                format!(
+                    "{} devices of driver {DRIVER}; a claim is one slice on one GPU",
+                    many.len()
+                ),
+            ))
+        }
+    };
+    let field = |f: &str| format!("status.allocation.devices.results[{i}].{f}");
+    let dev = result.device.as_str();
+    if result.pool != node {
+        return Err(fail(
+            Some(dev),
+            &field("pool"),
+            format!("\"{}\" is not this node's pool \"{node}\"", result.pool),
+        ));
+    }
+    let (gpu, offer) = index_of(dev)
+        .and_then(|idx| gpus.iter().find(|(g, _)| g.info.index == idx))
+        .ok_or_else(|| {
+            fail(
+                Some(dev),
+                &field("device"),
+                format!(
+                    "this node has no such device (it has {:?})",
+                    gpus.iter()
+                        .map(|(g, _)| g.device_name())
+                        .collect::<Vec<_>>()
+                ),
+            )
+        })?;
+    let consumed = result.consumed_capacity.as_ref();
+    let amount = |name: &str, default: Option<u64>, max: u64| -> Result<u64, PlanError> {
+        let f = field(&format!("consumedCapacity.{name}"));
+        let v = match consumed.and_then(|c| c.get(name)) {
+            Some(q) => quantity::of(q).map_err(|e| fail(Some(dev), &f, e.to_string()))?,
+            None => default
+                .ok_or_else(|| fail(Some(dev), &f, "missing (the scheduler records it)".into()))?,
+        };
+        if v > max {
+            return Err(fail(
+                Some(dev),
+                &f,
+                format!("{v} is above the device's published {name} capacity {max}"),
+            ));
+        }
+        Ok(v)
+    };
+    let memory = amount(names::MEMORY, None, offer.memory)?;
+    if memory == 0 {
+        return Err(fail(
+            Some(dev),
+            &field("consumedCapacity.memory"),
+            "0: a slice needs a memory cap".into(),
+        ));
+    }
+    let compute = amount(names::COMPUTE, Some(0), offer.compute)?;
+    let mut config = SliceConfig::default();
+    let configs = alloc
+        .devices
+        .as_ref()
+        .and_then(|d| d.config.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (j, c) in configs.iter().enumerate() {
+        let Some(opaque) = c.opaque.as_ref().filter(|o| o.driver == DRIVER) else {
+            continue;
+        };
+        let applies = c
+            .requests
+            .as_ref()
+            .is_none_or(|reqs| reqs.is_empty() || reqs.contains(&result.request));
+        if !applies {
+            continue;
+        }
+        let parsed = sliceconfig::parse(&opaque.parameters.0).map_err(|e| {
+            fail(
+                Some(dev),
+                &format!(
+                    "status.allocation.devices.config[{j}].opaque.parameters.{}",
+                    e.field
+                ),
+                e.reason,
+            )
+        })?;
+        config = config.overlay(parsed);
+    }
+    let compute = u8::try_from(compute).unwrap_or(100);
+    let slice = SliceRequest {
+        memory: Some(MemoryRequest::Bytes(memory)),
+        compute: (compute > 0).then_some(compute),
+        compute_limit: config.compute_limit,
+        priority: config.priority.unwrap_or(Priority::Normal),
+        devices: DeviceSelector::List(vec![DeviceRef::Uuid(gpu.info.uuid.clone())]),
+        model: None,
+    };
+    slice.validate().map_err(|e| {
+        fail(
+            Some(dev),
+            "status.allocation.devices.config",
+            format!("consumed compute {compute} with this SliceConfig: {e}"),
+        )
+    })?;
+    Ok(Plan {
+        request: result.request.clone(),
+        pool: result.pool.clone(),
+        device: dev.to_string(),
+        uuid: gpu.info.uuid.clone(),
+        slice,
+    })
+}

@@ -1,0 +1,103 @@
+//! The two unix sockets: the registration socket in kubelet's `plugins_registry` directory
+//! (`<registry dir>/gpuslice.io-reg.sock`) and the DRA socket in the plugin's own directory
+//! (`<plugin dir>/dra.sock`). A stale socket file from an earlier run is replaced; both files
+//! are removed when serving stops.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+
+use crate::driver::Driver;
+use crate::grpc::{Dra, Registration};
+use crate::proto::{dra_v1, dra_v1beta1, registration};
+use crate::DRIVER;
+
+/// Where the sockets go.
+#[derive(Clone, Debug)]
+pub struct Sockets {
+    /// kubelet's plugin registry (`/var/lib/kubelet/plugins_registry`).
+    pub registry_dir: PathBuf,
+    /// This plugin's directory (`/var/lib/kubelet/plugins/gpuslice.io`).
+    pub plugin_dir: PathBuf,
+}
+
+impl Sockets {
+    /// The registration socket.
+    pub fn registration(&self) -> PathBuf {
+        self.registry_dir.join(format!("{DRIVER}-reg.sock"))
+    }
+
+    /// The DRA node service socket.
+    pub fn dra(&self) -> PathBuf {
+        self.plugin_dir.join("dra.sock")
+    }
+}
+
+fn listen(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    UnixListener::bind(path)
+}
+
+/// Serves both sockets until `shutdown` completes; returns the registration outcome channel
+/// as it stood. The DRA socket is bound before the registration socket, so kubelet never sees
+/// a plugin whose endpoint is not there yet.
+pub async fn serve(
+    sockets: &Sockets,
+    driver: Arc<Driver>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let dra_path = sockets.dra();
+    let reg_path = sockets.registration();
+    let dra_listener =
+        listen(&dra_path).with_context(|| format!("binding {}", dra_path.display()))?;
+    let reg_listener =
+        listen(&reg_path).with_context(|| format!("binding {}", reg_path.display()))?;
+    let (tx, _rx) = tokio::sync::watch::channel(None);
+    let reg = Registration {
+        endpoint: dra_path.display().to_string(),
+        registered: Arc::new(tx),
+    };
+    let dra = Dra { driver };
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let stop = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
+    let dra_server = Server::builder()
+        .add_service(dra_v1::dra_plugin_server::DraPluginServer::new(dra.clone()))
+        .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(dra_listener), stop(&stop_tx));
+    let reg_server = Server::builder()
+        .add_service(registration::registration_server::RegistrationServer::new(
+            reg,
+        ))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(reg_listener), stop(&stop_tx));
+    tracing::info!(
+        registration = %reg_path.display(),
+        dra = %dra_path.display(),
+        "serving"
+    );
+    let stopper = async move {
+        shutdown.await;
+        let _ = stop_tx.send(());
+        Ok::<(), tonic::transport::Error>(())
+    };
+    let result = tokio::try_join!(dra_server, reg_server, stopper);
+    let _ = std::fs::remove_file(&reg_path);
+    let _ = std::fs::remove_file(&dra_path);
+    result.map(|_| ()).context("gRPC server")
+}
