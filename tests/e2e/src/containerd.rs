@@ -162,15 +162,26 @@ impl Containerd {
         let cfg = dir.join("config.toml");
         let text = edit(config(bins, &dir, opts), &dir);
         std::fs::write(&cfg, text)?;
+        Self::start_from_file(bins, &dir, &cfg, &opts.env)
+    }
+
+    /// containerd of `bins` with the configuration file `cfg` as it is (which must put the
+    /// gRPC socket at `dir/c.sock` and keep root and state under `dir`); waits for its socket.
+    pub fn start_from_file(
+        bins: &ContainerdBins,
+        dir: &Path,
+        cfg: &Path,
+        env: &[(String, String)],
+    ) -> Result<Self> {
+        let dir = dir.to_path_buf();
         let mut c = Command::new(bins.containerd());
-        c.arg("--config").arg(&cfg).arg("--log-level").arg("info");
+        c.arg("--config").arg(cfg).arg("--log-level").arg("info");
         // The shims find runc and our binaries through PATH; put the engine's own bin first.
         let path = format!(
             "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             bins.bin.display()
         );
-        c.env("PATH", path)
-            .envs(opts.env.iter().map(|(k, v)| (k, v)));
+        c.env("PATH", path).envs(env.iter().map(|(k, v)| (k, v)));
         let mut daemon = Daemon::spawn(
             &format!("containerd {}", bins.series),
             c,
@@ -264,6 +275,21 @@ impl Containerd {
     /// The daemon's log tail.
     pub fn log_tail(&self, n: usize) -> String {
         self.daemon.log_tail(n)
+    }
+
+    /// `ctr plugins ls` as `(type id, status)` pairs, sorted.
+    pub fn plugins(&self) -> Result<Vec<(String, String)>> {
+        let out = run_ok(self.ctr().args(["plugins", "ls"]), Duration::from_secs(20))?;
+        let mut v: Vec<(String, String)> = out
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 4).then(|| (format!("{} {}", f[0], f[1]), f[f.len() - 1].to_string()))
+            })
+            .collect();
+        v.sort();
+        Ok(v)
     }
 }
 

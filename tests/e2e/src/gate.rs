@@ -78,3 +78,15 @@ fn is_executable(p: &std::path::Path) -> bool {
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
 }
+
+/// What a suite running containers through gpuslice on containerd of `bins` needs: root, that
+/// containerd, runc, and the dist tree with the product binaries.
+pub fn containerd_needs(bins: &paths::ContainerdBins) -> Vec<Need> {
+    vec![
+        Need::Root,
+        Need::Binary(bins.containerd()),
+        Need::Binary(paths::runc()),
+        Need::Dist,
+        Need::Product,
+    ]
+}

@@ -6,7 +6,7 @@
 
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, CtrRun, Options};
-use gpuslice_e2e::gate::{require, Need};
+use gpuslice_e2e::gate::{containerd_needs, require, Need};
 use gpuslice_e2e::paths;
 use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{
@@ -66,16 +66,7 @@ fn plain(series: &str) -> anyhow::Result<()> {
 fn sliced(series: &str) -> anyhow::Result<()> {
     let bins = paths::containerd(series);
     let suite = format!("containerd-{series}/gpuslice-runtime");
-    if !require(
-        &suite,
-        &[
-            Need::Root,
-            Need::Binary(bins.containerd()),
-            Need::Binary(paths::runc()),
-            Need::Dist,
-            Need::Product,
-        ],
-    ) {
+    if !require(&suite, &containerd_needs(&bins)) {
         return Ok(());
     }
     let node = Node::new(&format!("g{series}"))?;

@@ -13,7 +13,7 @@ use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::cri::{self, ContainerSpec, Cri, PodGuard, PodSpec, K8S_NS};
-use gpuslice_e2e::gate::{require, Need};
+use gpuslice_e2e::gate::{containerd_needs, require};
 use gpuslice_e2e::image::WORKLOAD;
 use gpuslice_e2e::paths;
 use gpuslice_e2e::snapshot::Snapshot;
@@ -59,16 +59,7 @@ fn container(node: &Node, name: &str) -> ContainerSpec {
 fn pod_path(series: &str) -> Result<()> {
     let bins = paths::containerd(series);
     let suite = format!("cri-{series}/pod");
-    if !require(
-        &suite,
-        &[
-            Need::Root,
-            Need::Binary(bins.containerd()),
-            Need::Binary(paths::runc()),
-            Need::Dist,
-            Need::Product,
-        ],
-    ) {
+    if !require(&suite, &containerd_needs(&bins)) {
         return Ok(());
     }
     let t0 = Instant::now();

@@ -1,0 +1,296 @@
+//! `gpuslice configure containerd` on the configurations nodes really have, each loaded by the
+//! real containerd of its series: Debian 12's packaged file (containerd 1.6; fixture copied
+//! from the package), Debian 13's and sid's packaged files (read from the 1.7 and 2.1 packages
+//! themselves), `containerd config default` of 1.6, 1.7 and 2.1 (2.1's is a `version = 3`
+//! file), and k3s-style generated files (version 2 on 1.7, version 3 on 2.1).
+//!
+//! For each: the stock file, made private to the test (root, state, sockets, the opt plugin's
+//! path, NRI off, `restrict_oom_score_adj` and the local sandbox image, which this machine
+//! needs for any CRI Pod — see `shared/engine-notes.md`), is loaded once as it is; then the
+//! dist tree's `gpuslice configure containerd --file` edits it (drop-in + `imports`), containerd
+//! is restarted on the result, and
+//! - `ctr plugins ls` lists exactly the plugins, with the same statuses, as before (CRI `ok`),
+//! - a Pod through the default handler runs a container to exit 0 (the class containerd had
+//!   before is still there),
+//! - a Pod through the `gpuslice` handler with `gpuslice.io/memory: 1Gi` runs a container that
+//!   sees and is held to a 1 GiB slice.
+
+use anyhow::{ensure, Context, Result};
+use gpuslice_e2e::arbiter::Arbiter;
+use gpuslice_e2e::containerd::Containerd;
+use gpuslice_e2e::cri::{self, ContainerSpec, Cri, PodGuard, PodSpec};
+use gpuslice_e2e::gate::{containerd_needs, require};
+use gpuslice_e2e::image::IMAGE;
+use gpuslice_e2e::paths::{self, ContainerdBins};
+use gpuslice_e2e::procs::run_ok;
+use gpuslice_e2e::suite::{assert_one_gib_slice, info_and_fill, Node};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use toml_edit::{DocumentMut, Item, Table};
+
+const T: Duration = Duration::from_secs(120);
+
+/// Where a stock configuration comes from.
+enum Stock {
+    /// A file under `cli/tests/fixtures/configure/`.
+    Fixture(&'static str),
+    /// A file inside the series' own package (`etc/containerd/config.toml` of the unpacked .deb).
+    Packaged,
+    /// `containerd config default` of the series.
+    Default,
+}
+
+fn fixture(name: &str) -> PathBuf {
+    paths::workspace()
+        .join("cli/tests/fixtures/configure")
+        .join(name)
+}
+
+fn stock_text(bins: &ContainerdBins, stock: &Stock) -> Result<String> {
+    Ok(match stock {
+        Stock::Fixture(name) => std::fs::read_to_string(fixture(name))
+            .with_context(|| format!("reading fixture {name}"))?,
+        Stock::Packaged => {
+            let p = bins.bin.join("../../etc/containerd/config.toml");
+            std::fs::read_to_string(&p)
+                .with_context(|| format!("the package's config {}", p.display()))?
+        }
+        Stock::Default => run_ok(
+            Command::new(bins.containerd()).args(["config", "default"]),
+            Duration::from_secs(30),
+        )?,
+    })
+}
+
+/// The table at `keys`, created where missing.
+fn table<'a>(doc: &'a mut Table, keys: &[&str]) -> &'a mut Table {
+    let mut t = doc;
+    for k in keys {
+        let item = t.entry(k).or_insert_with(|| {
+            let mut n = Table::new();
+            n.set_implicit(true);
+            Item::Table(n)
+        });
+        t = item.as_table_mut().expect("a table");
+    }
+    t
+}
+
+/// The stock file made private to this test and runnable on this machine (nothing else of it
+/// changes): root, state, sockets and the opt plugin under `dir`, NRI off, CRI with
+/// `restrict_oom_score_adj` and the local image as sandbox image.
+fn localise(text: &str, dir: &Path) -> Result<String> {
+    let mut doc: DocumentMut = text.parse().context("stock config does not parse")?;
+    let d = dir.display();
+    let version = doc.get("version").and_then(Item::as_integer).unwrap_or(1);
+    ensure!(version >= 2, "the stock cases are versions 2 and 3");
+    let root = doc.as_table_mut();
+    root.insert("root", toml_edit::value(format!("{d}/root")));
+    root.insert("state", toml_edit::value(format!("{d}/state")));
+    let mut disabled = root
+        .get("disabled_plugins")
+        .and_then(Item::as_array)
+        .cloned()
+        .unwrap_or_default();
+    disabled.push("io.containerd.nri.v1.nri");
+    root.insert("disabled_plugins", Item::Value(disabled.into()));
+    table(root, &["grpc"]).insert("address", toml_edit::value(format!("{d}/c.sock")));
+    table(root, &["ttrpc"]).insert("address", toml_edit::value(format!("{d}/c.sock.ttrpc")));
+    if let Some(debug) = root.get_mut("debug").and_then(Item::as_table_mut) {
+        debug.insert("address", toml_edit::value(""));
+    }
+    table(root, &["plugins", "io.containerd.internal.v1.opt"])
+        .insert("path", toml_edit::value(format!("{d}/opt")));
+    if version == 2 {
+        let cri = table(root, &["plugins", "io.containerd.grpc.v1.cri"]);
+        cri.insert("restrict_oom_score_adj", toml_edit::value(true));
+        cri.insert("sandbox_image", toml_edit::value(IMAGE));
+    } else {
+        table(root, &["plugins", "io.containerd.cri.v1.runtime"])
+            .insert("restrict_oom_score_adj", toml_edit::value(true));
+        table(
+            root,
+            &["plugins", "io.containerd.cri.v1.images", "pinned_images"],
+        )
+        .insert("sandbox", toml_edit::value(IMAGE));
+    }
+    Ok(doc.to_string())
+}
+
+fn pod(name: &str, handler: &str, log_dir: &Path, annotations: Vec<(String, String)>) -> PodSpec {
+    PodSpec {
+        name: name.into(),
+        uid: format!("uid-{name}-{}", std::process::id()),
+        annotations,
+        log_dir: log_dir.to_path_buf(),
+        handler: handler.into(),
+    }
+}
+
+/// Runs one container in a new Pod of `handler` to its exit; returns its log.
+fn run_pod(
+    client: &Cri,
+    ctd: &Containerd,
+    spec: &PodSpec,
+    container: &ContainerSpec,
+) -> Result<String> {
+    let sandbox = client.run_pod(spec).with_context(|| {
+        format!(
+            "RunPodSandbox (handler {:?}); containerd log:\n{}",
+            spec.handler,
+            ctd.log_tail(30)
+        )
+    })?;
+    let guard = PodGuard {
+        cri: client,
+        id: sandbox.clone(),
+    };
+    let id = client
+        .create_container(&sandbox, spec, container)
+        .with_context(|| format!("CreateContainer; log:\n{}", ctd.log_tail(30)))?;
+    client.start_container(&id)?;
+    let st = client.wait_exited(&id, T)?;
+    let out = cri::read_log(&spec.log_dir.join(container.log_path()))?;
+    ensure!(
+        st.exit_code == 0,
+        "container of handler {:?} exited {} ({}):\n{out}",
+        spec.handler,
+        st.exit_code,
+        st.reason
+    );
+    guard.remove()?;
+    Ok(out)
+}
+
+fn stock_case(tag: &str, series: &str, stock: Stock) -> Result<()> {
+    let bins = paths::containerd(series);
+    let suite = format!("configure-stock/{tag}");
+    if !require(&suite, &containerd_needs(&bins)) {
+        return Ok(());
+    }
+    let node = Node::new(&format!("stock-{tag}"))?;
+    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let dir = node.scratch.dir("ctd")?;
+    let cfg = dir.join("config.toml");
+    let stock_text = stock_text(&bins, &stock)?;
+    std::fs::write(&cfg, localise(&stock_text, &dir)?)?;
+
+    // As the node was: the plugins it loads.
+    let before = {
+        let ctd = Containerd::start_from_file(&bins, &dir, &cfg, &arbiter.client_env())?;
+        ctd.plugins()?
+    };
+    let cri_status = |p: &[(String, String)]| {
+        p.iter()
+            .find(|(id, _)| id == "io.containerd.grpc.v1 cri")
+            .map(|(_, s)| s.clone())
+    };
+    ensure!(
+        cri_status(&before).as_deref() == Some("ok"),
+        "the stock config's CRI plugin does not load even before gpuslice: {before:?}"
+    );
+
+    let out = run_ok(
+        Command::new(paths::product("gpuslice"))
+            .args(["configure", "containerd", "--file"])
+            .arg(&cfg),
+        Duration::from_secs(30),
+    )?;
+    ensure!(out.contains("created:"), "configure:\n{out}");
+    let drop_in = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml"))?;
+    println!("{tag}: the drop-in\n{drop_in}");
+
+    let ctd = Containerd::start_from_file(&bins, &dir, &cfg, &arbiter.client_env())?;
+    let after = ctd.plugins()?;
+    ensure!(
+        after == before,
+        "plugins differ after configure (CRI {:?}):\nbefore {before:?}\nafter  {after:?}\n{}",
+        cri_status(&after),
+        ctd.log_tail(30)
+    );
+    cri::import_cri_image(&ctd, &node.image, &node.scratch.dir("cri-image")?)?;
+    let client = Cri::new(&ctd.sock)?;
+
+    let logs = node.scratch.dir("pod-logs")?;
+    let plain = ContainerSpec {
+        name: "plain".into(),
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "echo default-handler-ok".into(),
+        ],
+        env: vec![],
+        mounts: vec![],
+        annotations: vec![],
+    };
+    let out = run_pod(&client, &ctd, &pod("default", "", &logs, vec![]), &plain)?;
+    ensure!(
+        out.contains("default-handler-ok"),
+        "default handler:\n{out}"
+    );
+
+    let env = node
+        .sim
+        .container_env()
+        .into_iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
+        .collect();
+    let sliced = ContainerSpec {
+        name: "sliced".into(),
+        command: info_and_fill(),
+        env,
+        mounts: node.sim.container_binds(),
+        annotations: vec![],
+    };
+    let spec = pod(
+        "sliced",
+        "gpuslice",
+        &logs,
+        vec![("gpuslice.io/memory".into(), "1Gi".into())],
+    );
+    let out = run_pod(&client, &ctd, &spec, &sliced)?;
+    println!("{tag}: gpuslice handler\n{out}");
+    assert_one_gib_slice(&out)?;
+    Ok(())
+}
+
+#[test]
+fn configure_stock_debian12_packaged_on_containerd_1_6() -> Result<()> {
+    stock_case("debian12", "1.6", Stock::Fixture("containerd-debian.toml"))
+}
+
+#[test]
+fn configure_stock_debian13_packaged_on_containerd_1_7() -> Result<()> {
+    stock_case("debian13", "1.7", Stock::Packaged)
+}
+
+#[test]
+fn configure_stock_sid_packaged_on_containerd_2_1() -> Result<()> {
+    stock_case("sid", "2.1", Stock::Packaged)
+}
+
+#[test]
+fn configure_stock_config_default_of_1_6() -> Result<()> {
+    stock_case("default-1.6", "1.6", Stock::Default)
+}
+
+#[test]
+fn configure_stock_config_default_of_1_7() -> Result<()> {
+    stock_case("default-1.7", "1.7", Stock::Default)
+}
+
+#[test]
+fn configure_stock_config_default_of_2_1_version_3() -> Result<()> {
+    stock_case("default-2.1", "2.1", Stock::Default)
+}
+
+#[test]
+fn configure_stock_k3s_style_version_2_on_1_7() -> Result<()> {
+    stock_case("k3s-v2", "1.7", Stock::Fixture("containerd-k3s-v2.toml"))
+}
+
+#[test]
+fn configure_stock_k3s_style_version_3_on_2_1() -> Result<()> {
+    stock_case("k3s-v3", "2.1", Stock::Fixture("containerd-k3s-v3.toml"))
+}
