@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use gpuslice_api::Config;
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_kubelet_plugin::arbiter::SocketArbiter;
 use gpuslice_kubelet_plugin::capacity::{PublishPolicy, DEFAULT_SLICES_PER_GPU};
@@ -21,6 +20,7 @@ use gpuslice_kubelet_plugin::nvml::NvmlGpus;
 use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::serve::{serve, Sockets};
 use gpuslice_kubelet_plugin::validate;
+use gpuslice_shim::Settings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -91,12 +91,9 @@ fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     let Mode::Dra = cli.mode;
-    let config_path = cli
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(gpuslice_api::config::DEFAULT_CONFIG_PATH));
-    let config = Config::load(&config_path, cli.config.is_some())?;
-    let state_dir = cli.state_dir.clone().unwrap_or(config.state_dir.clone());
+    // Paths and configuration resolved the way every gpuslice binary does.
+    let settings = Settings::load(cli.config.clone(), cli.state_dir.clone())?;
+    let config = &settings.config;
     let nvml = std::env::var_os("GPUSLICE_NVML_LIBRARY")
         .map(PathBuf::from)
         .or_else(|| config.nvml_library.clone());
@@ -119,14 +116,7 @@ fn main() -> Result<()> {
     let Some(claims_dir) = cli.claims_from.clone() else {
         bail!("the API-server client is not written yet: give --claims-from DIR");
     };
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/usr/bin/x"));
-    let bin = exe.parent().unwrap_or(Path::new("/usr/bin")).to_path_buf();
-    let interposer = absolute(
-        &config
-            .interposer
-            .clone()
-            .unwrap_or_else(|| bin.join("../lib/gpuslice/libgpuslice.so")),
-    );
+    let interposer = absolute(&settings.interposer);
     let options = gpuslice_cdi::Options {
         driver_root: cli.driver_root.clone(),
         dev_root: cli.dev_root.clone(),
@@ -135,15 +125,9 @@ fn main() -> Result<()> {
             .unwrap_or(Path::new("/usr/lib/gpuslice"))
             .join("ld.so.preload"),
         interposer,
-        hook: absolute(
-            &config
-                .runtime
-                .hook
-                .clone()
-                .unwrap_or_else(|| bin.join("gpuslice-hook")),
-        ),
-        state_dir: state_dir.clone(),
-        config: cli.config.as_deref().map(absolute),
+        hook: absolute(&settings.hook),
+        state_dir: settings.state_dir.clone(),
+        config: settings.config_path.as_deref().map(absolute),
     };
     let driver = Driver::new(Parts {
         node: cli.node_name.clone(),
@@ -152,7 +136,7 @@ fn main() -> Result<()> {
         publish,
         claims: Arc::new(DirClaims(claims_dir)),
         arbiter: Arc::new(SocketArbiter::new(
-            &state_dir,
+            &settings.state_dir,
             Duration::from_secs(cli.arbiter_timeout.max(1)),
         )),
         cdi: Arc::new(CdiDir {
