@@ -16,6 +16,9 @@ use gpuslice_kubelet_plugin::serve::{serve, Sockets};
 use tokio::sync::oneshot;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+/// How a bad case prepares the node.
+type Setup = Box<dyn Fn(&Node)>;
+
 const UID: &str = "5b0c3a52-9f1e-4c7e-9b7a-1d2e3f405060";
 
 async fn channel(path: &Path) -> Channel {
@@ -157,7 +160,7 @@ async fn standin_kubelet_prepare_retry_restart_unprepare_v1() {
         device_name: "gpu-0".into(),
         cdi_device_ids: vec![format!("gpuslice.io/claim={UID}")],
     };
-    assert_eq!(first.devices, [want.clone()]);
+    assert_eq!(first.devices, [want]);
     let slices = node.arbiter.slices();
     assert_eq!(slices.len(), 1);
     let s = &slices[0];
@@ -253,7 +256,7 @@ async fn standin_kubelet_bad_claims_fail_alone_and_leak_nothing() {
     let plugin = Plugin::start(&node);
     let ch = channel(&plugin.sockets.dra()).await;
     let uid = "0d9e8f7a-0000-4000-8000-000000000001";
-    let cases: Vec<(&str, Box<dyn Fn(&Node)>, Vec<&str>)> = vec![
+    let cases: Vec<(&str, Setup, Vec<&str>)> = vec![
         (
             "unknown device",
             Box::new(|n: &Node| n.claims.put(ClaimSpec::new(uid, "gpu-7", GI, 0).build())),

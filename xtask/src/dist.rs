@@ -1,5 +1,6 @@
 //! `cargo xtask dist`: build release artefacts and lay out `target/dist/` as the design brief fixes it:
-//! `usr/bin/{gpuslice,gpuslice-arbiter,gpuslice-hook,gpuslice-runtime,containerd-shim-gpuslice-v2}`,
+//! `usr/bin/{gpuslice,gpuslice-arbiter,gpuslice-hook,gpuslice-runtime,containerd-shim-gpuslice-v2,
+//! gpuslice-kubelet-plugin}`,
 //! `usr/lib/gpuslice/libgpuslice.so`, `sim/libcuda.so.1`, `sim/libnvidia-ml.so.1`.
 
 use crate::shell::{cargo, exec, target_dir};
@@ -8,17 +9,19 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Product binaries installed under `usr/bin`.
-pub const BINARIES: [&str; 5] = [
+pub const BINARIES: [&str; 6] = [
     "gpuslice",
     "gpuslice-arbiter",
     "gpuslice-hook",
     "gpuslice-runtime",
     "containerd-shim-gpuslice-v2",
+    "gpuslice-kubelet-plugin",
 ];
 
 /// Packages built for the dist tree.
-const PACKAGES: [&str; 8] = [
+const PACKAGES: [&str; 9] = [
     "gpuslice-cli",
+    "gpuslice-kubelet-plugin",
     "gpuslice-arbiter",
     "gpuslice-hook",
     "gpuslice-shim",
