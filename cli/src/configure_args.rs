@@ -140,9 +140,15 @@ pub struct DoctorArgs {
         default_value = "/etc/containerd/config.toml"
     )]
     pub containerd_config: PathBuf,
+    /// containerd's gRPC socket [default: the config's grpc.address, else /run/containerd/containerd.sock]
+    #[arg(long, value_name = "SOCKET")]
+    pub containerd_address: Option<PathBuf>,
     /// Docker's daemon.json
     #[arg(long, value_name = "FILE", default_value = "/etc/docker/daemon.json")]
     pub docker_config: PathBuf,
+    /// dockerd's socket [default: daemon.json's first unix:// host, else /var/run/docker.sock]
+    #[arg(long, value_name = "SOCKET")]
+    pub docker_socket: Option<PathBuf>,
     /// CRI-O's configuration directory (crio.conf.d)
     #[arg(long, value_name = "DIR", default_value = "/etc/crio/crio.conf.d")]
     pub crio_dir: PathBuf,

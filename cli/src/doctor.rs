@@ -51,7 +51,7 @@ pub struct Check {
 }
 
 impl Check {
-    fn ok(name: &'static str, detail: impl Into<String>) -> Self {
+    pub(crate) fn ok(name: &'static str, detail: impl Into<String>) -> Self {
         Self {
             name,
             level: Level::Ok,
@@ -59,7 +59,7 @@ impl Check {
             fix: None,
         }
     }
-    fn bad(
+    pub(crate) fn bad(
         name: &'static str,
         level: Level,
         detail: impl Into<String>,
@@ -95,13 +95,51 @@ pub struct Inputs {
     pub driver_version_file: PathBuf,
     /// The executable that runs the dlopen probe (`gpuslice doctor --dlopen-probe FILE`).
     pub probe_exe: Option<PathBuf>,
+    /// containerd's gRPC socket (`None`: its config's `grpc.address`, else the default).
+    pub containerd_address: Option<PathBuf>,
+    /// dockerd's socket (`None`: the first `unix://` entry of daemon.json's `hosts`, else the
+    /// default).
+    pub docker_socket: Option<PathBuf>,
+    /// `PATH` the engines' binaries (`containerd`, `ctr`, `dockerd`, `docker`, `crio`) are
+    /// looked up in.
+    pub search_path: Option<std::ffi::OsString>,
 }
 
 /// Runs every check.
 pub fn run_checks(i: &Inputs) -> Vec<Check> {
     let mut v = vec![driver(i), nvml(i), arbiter(i), interposer(i), cdi(i)];
-    let engines = [containerd(i), docker_check(i), crio(i)];
-    let configured = engines.iter().any(|c| c.level == Level::Ok);
+    let path = i.search_path.as_deref();
+    let present = |binary: &str, config: &Path| {
+        config.exists() || crate::doctor_live::which(binary, path).is_some()
+    };
+    // Engines the node does not have get no rows.
+    let mut engines = Vec::new();
+    // The running daemon is checked where its files are configured for gpuslice.
+    if present("containerd", &i.containerd_config) {
+        let file = containerd(i);
+        let ok = file.level == Level::Ok;
+        engines.push(file);
+        if ok {
+            engines.extend(containerd_live(i));
+        }
+    }
+    if present("dockerd", &i.docker_config) {
+        let file = docker_check(i);
+        let ok = file.level == Level::Ok;
+        engines.push(file);
+        if ok {
+            let socket = i.docker_socket.clone().unwrap_or_else(|| {
+                crate::doctor_live::docker_socket(&docker_hosts(&i.docker_config))
+            });
+            engines.extend(crate::doctor_live::docker(&i.docker_config, &socket, path));
+        }
+    }
+    if present("crio", &i.crio_dir) {
+        engines.push(crio(i));
+    }
+    let configured = engines
+        .iter()
+        .any(|c| c.level == Level::Ok && !c.name.ends_with("-daemon"));
     v.extend(engines);
     if !configured {
         v.push(Check::bad(
@@ -117,6 +155,47 @@ pub fn run_checks(i: &Inputs) -> Vec<Check> {
     v
 }
 
+/// The running containerd (socket from the config unless given).
+fn containerd_live(i: &Inputs) -> Option<Check> {
+    let p = &i.containerd_config;
+    let doc = read_optional(p)
+        .ok()
+        .flatten()
+        .and_then(|t| tomlx::parse(p, &t).ok());
+    let address = i.containerd_address.clone().unwrap_or_else(|| {
+        doc.as_ref()
+            .and_then(|d| tomlx::get_table(d.as_table(), &["grpc"]))
+            .and_then(|g| g.get("address"))
+            .and_then(Item::as_str)
+            .filter(|a| !a.is_empty())
+            .map_or_else(
+                || PathBuf::from(crate::doctor_live::CONTAINERD_SOCKET),
+                PathBuf::from,
+            )
+    });
+    let mut files: Vec<PathBuf> = vec![p.clone()];
+    if let Some(d) = &doc {
+        files.extend(imported_files(d, p));
+    }
+    files.retain(|f| f.exists());
+    crate::doctor_live::containerd(&crate::doctor_live::ContainerdLive {
+        config: p,
+        files: &files,
+        address,
+        path: i.search_path.as_deref(),
+    })
+}
+
+/// daemon.json's `hosts` (empty when absent or unreadable).
+fn docker_hosts(config: &Path) -> Vec<String> {
+    std::fs::read_to_string(config)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("hosts").cloned())
+        .and_then(|h| serde_json::from_value(h).ok())
+        .unwrap_or_default()
+}
+
 /// The table, one row per check, each problem followed by its fix.
 pub fn render(checks: &[Check]) -> String {
     let w = checks
@@ -125,11 +204,11 @@ pub fn render(checks: &[Check]) -> String {
         .max()
         .unwrap_or(5)
         .max(5);
-    let mut s = format!("{:<w$}  {:<6}DETAIL\n", "CHECK", "STATUS");
+    let mut s = format!("{:<w$}  {:<7}DETAIL\n", "CHECK", "STATUS");
     for c in checks {
-        let _ = writeln!(s, "{:<w$}  {:<6}{}", c.name, c.level.word(), c.detail);
+        let _ = writeln!(s, "{:<w$}  {:<7}{}", c.name, c.level.word(), c.detail);
         if let Some(f) = &c.fix {
-            let _ = writeln!(s, "{:<w$}  {:<6}fix: {f}", "", "");
+            let _ = writeln!(s, "{:<w$}  {:<7}fix: {f}", "", "");
         }
     }
     let fails = checks.iter().filter(|c| c.level == Level::Fail).count();

@@ -9,6 +9,7 @@ pub mod client;
 pub mod configure;
 pub mod configure_args;
 pub mod doctor;
+pub mod doctor_live;
 pub mod options;
 pub mod run;
 pub mod status;

@@ -115,6 +115,9 @@ fn doctor(
         crio_dir: args.crio_dir.clone(),
         driver_version_file: PathBuf::from("/proc/driver/nvidia/version"),
         probe_exe: std::env::current_exe().ok(),
+        containerd_address: args.containerd_address.clone(),
+        docker_socket: args.docker_socket.clone(),
+        search_path: std::env::var_os("PATH"),
     };
     let checks = doctor::run_checks(&inputs);
     print!("{}", doctor::render(&checks));

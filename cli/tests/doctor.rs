@@ -139,6 +139,7 @@ fn simulated_node_with_arbiter_and_configured_containerd_is_ok() {
             ("--interposer", &interposer),
             ("--cdi-spec", &dir.join("absent.yaml")),
             ("--containerd-config", &ctd),
+            ("--containerd-address", &dir.join("no-containerd.sock")),
             ("--docker-config", &dir.join("absent.json")),
             ("--crio-dir", &dir.join("absent")),
         ],
@@ -159,5 +160,55 @@ fn simulated_node_with_arbiter_and_configured_containerd_is_ok() {
         "{out}"
     );
     assert_eq!(row(&out, "cdi-spec").0, "WARN", "{out}");
-    assert_eq!(o.status.code(), Some(0), "no FAIL, exit 0:\n{out}");
+    // The configured containerd is not running here (the e2e suite checks a running one).
+    let (s, detail, fix) = row(&out, "containerd-daemon");
+    assert_eq!(s, "FAIL", "{out}");
+    assert!(detail.contains("not running: no socket at"), "{out}");
+    assert!(fix
+        .unwrap_or_default()
+        .contains("systemctl start containerd"));
+    let fails: Vec<&str> = out
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("FAIL"))
+        .collect();
+    assert_eq!(fails.len(), 1, "only the stopped daemon fails:\n{out}");
+    assert_eq!(o.status.code(), Some(1), "{out}");
+}
+
+/// Engines the node does not have (no binary on PATH, no configuration file) get no rows; the
+/// one FAIL is that no engine is configured. The header's columns are apart.
+#[test]
+fn absent_engines_are_not_reported() {
+    let dir = scratch("absent");
+    let empty_path = dir.join("empty-bin");
+    std::fs::create_dir_all(&empty_path).unwrap();
+    let o = doctor(
+        &dir,
+        &[
+            ("--containerd-config", &dir.join("no-containerd.toml")),
+            ("--docker-config", &dir.join("no-daemon.json")),
+            ("--crio-dir", &dir.join("no-crio")),
+        ],
+        &[("PATH", &empty_path)],
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.starts_with("CHECK"), "{out}");
+    assert!(
+        out.lines().next().unwrap().contains("STATUS DETAIL"),
+        "{out}"
+    );
+    for name in [
+        "containerd",
+        "containerd-daemon",
+        "docker",
+        "docker-daemon",
+        "crio",
+    ] {
+        assert!(
+            !out.lines()
+                .any(|l| l.split_whitespace().next() == Some(name)),
+            "row {name} for an engine this node lacks:\n{out}"
+        );
+    }
+    assert_eq!(row(&out, "engines").0, "FAIL", "{out}");
 }

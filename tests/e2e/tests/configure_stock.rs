@@ -14,6 +14,11 @@
 //!   before is still there),
 //! - a Pod through the `gpuslice` handler with `gpuslice.io/memory: 1Gi` runs a container that
 //!   sees and is held to a 1 GiB slice.
+//!
+//! And `gpuslice doctor` against the running containerd (1.6, Debian 12's file): OK once
+//! configured and restarted, WARN when a file changed after the daemon started, FAIL naming the
+//! CRI plugin's own error when the class table lost the built-in `runc` (what the drop-in was
+//! before the fix), FAIL "not running" once the daemon is stopped.
 
 use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::arbiter::Arbiter;
@@ -293,4 +298,100 @@ fn configure_stock_k3s_style_version_2_on_1_7() -> Result<()> {
 #[test]
 fn configure_stock_k3s_style_version_3_on_2_1() -> Result<()> {
     stock_case("k3s-v3", "2.1", Stock::Fixture("containerd-k3s-v3.toml"))
+}
+
+/// `gpuslice doctor`'s `containerd-daemon` row for the private containerd: (status, detail).
+fn doctor_row(
+    bins: &ContainerdBins,
+    cfg: &Path,
+    dir: &Path,
+    arbiter: &Arbiter,
+) -> Result<(String, String)> {
+    let out = Command::new(paths::product("gpuslice"))
+        .arg("doctor")
+        .arg("--containerd-config")
+        .arg(cfg)
+        .arg("--containerd-address")
+        .arg(dir.join("c.sock"))
+        .arg("--docker-config")
+        .arg(dir.join("absent-daemon.json"))
+        .arg("--crio-dir")
+        .arg(dir.join("absent-crio"))
+        .envs(arbiter.client_env())
+        .env(
+            "PATH",
+            format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bins.bin.display()),
+        )
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("containerd-daemon"))
+        .with_context(|| format!("no containerd-daemon row:\n{text}"))?;
+    let mut f = line.split_whitespace().skip(1);
+    let status = f.next().unwrap_or("").to_string();
+    Ok((status, f.collect::<Vec<_>>().join(" ")))
+}
+
+#[test]
+fn doctor_sees_the_running_containerd_and_its_cri_plugin() -> Result<()> {
+    let bins = paths::containerd("1.6");
+    if !require("configure-stock/doctor", &containerd_needs(&bins)) {
+        return Ok(());
+    }
+    let node = Node::new("stock-doctor")?;
+    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let dir = node.scratch.dir("ctd")?;
+    let cfg = dir.join("config.toml");
+    let stock = stock_text(&bins, &Stock::Fixture("containerd-debian.toml"))?;
+    std::fs::write(&cfg, localise(&stock, &dir)?)?;
+    run_ok(
+        Command::new(paths::product("gpuslice"))
+            .args(["configure", "containerd", "--file"])
+            .arg(&cfg),
+        Duration::from_secs(30),
+    )?;
+    let drop_in = dir.join("conf.d/gpuslice.toml");
+    let good = std::fs::read_to_string(&drop_in)?;
+
+    let ctd = Containerd::start_from_file(&bins, &dir, &cfg, &arbiter.client_env())?;
+    let (s, d) = doctor_row(&bins, &cfg, &dir, &arbiter)?;
+    ensure!(s == "OK", "configured and running: {s} {d}");
+    ensure!(
+        d.contains("CRI loaded") && d.contains("class `gpuslice`"),
+        "{d}"
+    );
+    // A file newer than the daemon: it has not been loaded.
+    std::thread::sleep(Duration::from_millis(3100));
+    std::fs::write(&drop_in, &good)?;
+    let (s, d) = doctor_row(&bins, &cfg, &dir, &arbiter)?;
+    ensure!(
+        s == "WARN" && d.contains("changed after containerd started"),
+        "{s} {d}"
+    );
+    drop(ctd);
+
+    // The class table without the built-in runc class: containerd 1.6 fails its CRI plugin.
+    let mut doc: DocumentMut = good.parse()?;
+    doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+        .as_table_mut()
+        .context("runtimes table")?
+        .remove("runc")
+        .context("the drop-in names runc")?;
+    std::fs::write(&drop_in, doc.to_string())?;
+    let ctd = Containerd::start_from_file(&bins, &dir, &cfg, &arbiter.client_env())?;
+    let (s, d) = doctor_row(&bins, &cfg, &dir, &arbiter)?;
+    ensure!(s == "FAIL", "CRI broken: {s} {d}\n{}", ctd.log_tail(20));
+    ensure!(
+        d.contains("CRI plugin is in error") && d.contains("default_runtime_name"),
+        "the row names the plugin's own error: {d}"
+    );
+    drop(ctd);
+
+    let (s, d) = doctor_row(&bins, &cfg, &dir, &arbiter)?;
+    ensure!(
+        s == "FAIL" && d.contains("not running"),
+        "daemon stopped: {s} {d}"
+    );
+    Ok(())
 }
