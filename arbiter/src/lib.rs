@@ -1,6 +1,7 @@
 //! The node arbiter's logic: the device inventory, admission (what fits where, and why not),
 //! placement (bin-pack / spread) and, in the daemon, the control socket and persisted slice
-//! records ([`server`], [`store`], [`nvml`]). Time-slicing is not here yet (issue #4, `docs/scheduling.md`).
+//! records ([`server`], [`store`], [`nvml`]), the time-slice scheduler ([`sched`],
+//! `docs/scheduling.md`), reclaim, the backstop, metrics, and the orderly stop ([`shutdown`]).
 
 pub mod admission;
 pub mod backstop;
@@ -13,6 +14,7 @@ pub mod privileges;
 pub mod reclaim;
 pub mod sched;
 pub mod server;
+pub mod shutdown;
 pub mod slices;
 pub mod store;
 

@@ -45,6 +45,8 @@ fn main() {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // Before any thread: the stop signals are taken by one thread only.
+    let stop = gpuslice_arbiter::shutdown::block().context("blocking SIGTERM/SIGINT")?;
     // Tenants can truncate their `usage` files; reading one must not kill the daemon (SIGBUS).
     if let Err(e) = gpuslice_region::sigbus::install() {
         tracing::warn!("cannot install the SIGBUS guard for usage files: {e}");
@@ -131,6 +133,8 @@ fn run(cli: Cli) -> Result<()> {
     let listener = bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
     tracing::info!("serving {}", sock.display());
     let state = Arc::new(Mutex::new(state));
+    gpuslice_arbiter::shutdown::spawn(stop, Arc::clone(&state), sock.clone())
+        .context("starting the shutdown thread")?;
     gpuslice_arbiter::reclaim::spawn(
         Arc::clone(&state),
         gpuslice_arbiter::reclaim::ReclaimConfig::new(&config.state_dir),

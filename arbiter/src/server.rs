@@ -276,9 +276,50 @@ impl State {
             }
         }
         match serde_json::from_value::<RequestEnvelope>(value) {
-            Ok(env) => ResponseEnvelope::new(self.handle(env.request)),
+            Ok(env) => {
+                let what = describe(&env.request);
+                let response = self.handle(env.request);
+                log_outcome(what, &response);
+                ResponseEnvelope::new(response)
+            }
             Err(e) => ResponseEnvelope::new(error(ErrorCode::BadRequest, e.to_string())),
         }
+    }
+}
+
+/// What a state-changing request is, for the log (`None`: a query, not logged).
+fn describe(r: &Request) -> Option<String> {
+    match r {
+        Request::Admit { slice_id, .. } => Some(format!("admit {slice_id}")),
+        Request::Release { slice_id } => Some(format!("release {slice_id}")),
+        Request::Update { slice_id, .. } => Some(format!("update {slice_id}")),
+        Request::Bind { slice_id, pid, .. } => Some(match pid {
+            Some(p) => format!("bind {slice_id} to pid {p}"),
+            None => format!("bind {slice_id}"),
+        }),
+        _ => None,
+    }
+}
+
+/// One line per admit, release, update and bind at the default level: what was asked and
+/// what came of it (placement, or the refusal's reason).
+fn log_outcome(what: Option<String>, r: &Response) {
+    let Some(what) = what else { return };
+    match r {
+        Response::Admitted { devices, .. } => {
+            let on: Vec<String> = devices
+                .iter()
+                .map(|d| match d.memory_cap {
+                    Some(c) => format!("GPU {} cap {} MiB", d.index, c >> 20),
+                    None => format!("GPU {} uncapped", d.index),
+                })
+                .collect();
+            tracing::info!("{what}: admitted on {}", on.join(", "));
+        }
+        Response::Error { code, message } => {
+            tracing::info!("{what}: refused ({code:?}): {message}")
+        }
+        _ => tracing::info!("{what}: done"),
     }
 }
 
