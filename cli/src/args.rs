@@ -31,7 +31,7 @@ pub enum Command {
     Status(StatusArgs),
     /// Change a running slice's memory cap, compute share or priority.
     Update(UpdateArgs),
-    /// CDI spec generation (not implemented yet, issue #6).
+    /// CDI spec generation.
     Cdi {
         /// `generate`.
         #[command(subcommand)]

@@ -13,13 +13,12 @@ use gpuslice_api::{Request, RequestEnvelope, Response, ResponseEnvelope};
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nobody answers on the socket.
-    #[error("cannot reach the arbiter at {path}: {source} (is gpuslice-arbiter running? --state-dir / GPUSLICE_STATE_DIR choose another state directory)")]
+    #[error("{}", unreachable(path, cause))]
     Unreachable {
         /// The socket.
         path: PathBuf,
-        /// The connect error.
-        #[source]
-        source: io::Error,
+        /// The connect error (said once, in the message).
+        cause: io::Error,
     },
     /// The connection broke or the reply was not understood.
     #[error("arbiter at {path}: {message}")]
@@ -29,6 +28,22 @@ pub enum ClientError {
         /// What went wrong.
         message: String,
     },
+}
+
+/// The arbiter is down when its socket is missing (it removes it when it stops) or refuses
+/// connections (it was killed and left the socket file); anything else is said as it is.
+fn unreachable(path: &Path, cause: &io::Error) -> String {
+    const HINT: &str = "start it (systemctl start gpuslice-arbiter), or name another state directory with --state-dir / GPUSLICE_STATE_DIR";
+    match cause.kind() {
+        io::ErrorKind::NotFound => {
+            format!("the arbiter is not running: no socket at {}; {HINT}", path.display())
+        }
+        io::ErrorKind::ConnectionRefused => format!(
+            "the arbiter is not running: {} refuses connections (a socket left by a killed arbiter); {HINT}",
+            path.display()
+        ),
+        _ => format!("cannot reach the arbiter at {}: {cause}", path.display()),
+    }
 }
 
 /// A connection to the arbiter.
@@ -47,9 +62,9 @@ impl Client {
 
     /// Connects to the socket at `path`.
     pub fn connect_socket(path: &Path) -> Result<Client, ClientError> {
-        let s = UnixStream::connect(path).map_err(|source| ClientError::Unreachable {
+        let s = UnixStream::connect(path).map_err(|cause| ClientError::Unreachable {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         let proto = |e: io::Error| ClientError::Protocol {
             path: path.to_path_buf(),

@@ -191,9 +191,21 @@ fn arbiter_down_names_the_socket() {
     let sock = node.dir.join("arbiter.sock");
     assert!(err.contains(&sock.display().to_string()), "{err}");
     assert!(!node.dir.join("ran").exists());
+    assert!(err.contains("the arbiter is not running: no socket at"), "{err}");
     let o = node.out(&["status"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("arbiter.sock"));
+    let err = stderr(&o);
+    assert!(err.contains("arbiter.sock"));
+    // The OS error is said once, not again as a source.
+    assert_eq!(err.matches("no socket").count(), 1, "{err}");
+    assert!(!err.contains("os error"), "{err}");
+    // A socket file nobody listens on (a killed arbiter's): "refuses connections".
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let err = stderr(&node.out(&["status"]));
+    assert!(
+        err.contains("not running") && err.contains("refuses connections"),
+        "{err}"
+    );
 }
 
 #[test]
