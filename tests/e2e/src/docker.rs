@@ -36,10 +36,22 @@ impl Dockerd {
         let dir = scratch.dir("dkr")?;
         let cfg = dir.join("daemon.json");
         std::fs::write(&cfg, serde_json::to_vec_pretty(daemon_json)?)?;
+        Self::start_from_file(bins, containerd, &dir, &cfg, env)
+    }
+
+    /// Start dockerd on `containerd` with the `daemon.json` at `cfg` as it is, its data, exec
+    /// root, socket (`dir/d.sock`) and pidfile under `dir`; waits for its socket.
+    pub fn start_from_file(
+        bins: &DockerBins,
+        containerd: &Containerd,
+        dir: &Path,
+        cfg: &Path,
+        env: &[(String, String)],
+    ) -> Result<Self> {
         let sock = dir.join("d.sock");
         let mut c = Command::new(&bins.dockerd);
         c.arg("--config-file")
-            .arg(&cfg)
+            .arg(cfg)
             .arg("--data-root")
             .arg(dir.join("data"))
             .arg("--exec-root")
@@ -62,7 +74,7 @@ impl Dockerd {
             // 20.10 has no --ip6tables
             c = strip_arg(c, "--ip6tables=false");
         }
-        let mut daemon = Daemon::spawn("dockerd", c, &dir.join("dockerd.log"), &dir)?;
+        let mut daemon = Daemon::spawn("dockerd", c, &dir.join("dockerd.log"), dir)?;
         daemon.wait_socket(&sock, Duration::from_secs(90))?;
         Ok(Self {
             bins: bins.clone(),
