@@ -566,3 +566,42 @@ fn failed_bind_after_create_deletes_the_container_and_releases() {
     );
     assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
 }
+
+/// `--help` / `--version` say what gpuslice-runtime is and which low-level runtime it wraps,
+/// then pass through to it; with the low-level runtime missing they still answer (exit 0) and
+/// name what is missing, so a node without runc can tell what it lacks.
+#[test]
+fn help_and_version_answer_without_the_low_level_runtime() {
+    let n = Node::new("help", false, "");
+    for flag in ["--help", "--version", "-v"] {
+        std::fs::write(n.dir.join("exit"), "0").unwrap();
+        let o = n.run(&n.dir, &[flag]);
+        assert!(o.status.success(), "{flag}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.starts_with("gpuslice-runtime "), "{flag}: {out}");
+        assert!(
+            out.contains("low-level runtime: ") && out.contains("fake-runc"),
+            "{out}"
+        );
+        assert_eq!(
+            n.argv().unwrap(),
+            [flag],
+            "passed through to the low-level runtime"
+        );
+    }
+    // The configured low-level runtime does not exist.
+    let cfg = n.dir.join("config.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.replace("fake-runc", "no-such-runc")).unwrap();
+    let o = n.run(&n.dir, &["--help"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("low-level runtime: missing:") && out.contains("no-such-runc"),
+        "{out}"
+    );
+    // A real command still fails, naming it.
+    let o = n.run(&n.dir, &["state", "c1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no-such-runc"), "{}", stderr(&o));
+}

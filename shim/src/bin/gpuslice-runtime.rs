@@ -53,7 +53,29 @@ fn run(inv: &Invocation) -> i32 {
         }
         Err(e) => return fail(inv, &e.to_string()),
     };
-    let low = match resolve_low_level(&settings.config.runtime.low_level) {
+    let resolved = resolve_low_level(&settings.config.runtime.low_level);
+    // Top-level `--help` / `--version`: say what this wrapper is and what it wraps, then let
+    // the low-level runtime add its own (when it exists); neither needs it installed.
+    if inv.help && inv.command.is_none() {
+        let wanted = &settings.config.runtime.low_level;
+        println!(
+            "{NAME} {}: runc-compatible OCI runtime wrapper; gives containers that ask for a GPU \
+             slice (gpuslice.io/* annotations, GPUSLICE_* env) their slice, then runs the \
+             low-level runtime with the same arguments",
+            env!("CARGO_PKG_VERSION")
+        );
+        match &resolved {
+            Ok(p) => println!(
+                "low-level runtime: {} (config key runtime.low_level = {wanted:?})\n",
+                p.display()
+            ),
+            Err(msg) => {
+                println!("low-level runtime: missing: {msg}");
+                return 0;
+            }
+        }
+    }
+    let low = match resolved {
         Ok(p) => p,
         Err(msg) => return fail(inv, &msg),
     };
