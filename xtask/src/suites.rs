@@ -375,8 +375,11 @@ fn dist_suite() -> Result<()> {
         } else {
             "--help"
         };
+        // With no engine on PATH, as on a fresh machine before the e2e suite installs runc:
+        // a built binary's help must not depend on one.
         let out = Command::new(&path)
             .arg(probe)
+            .env("PATH", "/nonexistent/gpuslice-dist-probe")
             .output()
             .with_context(|| format!("running {}", path.display()))?;
         let stdout = String::from_utf8_lossy(&out.stdout);
