@@ -159,7 +159,23 @@ fn status(state_dir: &std::path::Path, args: &StatusArgs) -> Result<i32> {
 }
 
 fn update(state_dir: &std::path::Path, args: &UpdateArgs) -> Result<i32> {
-    let request = match options::update_request(&args.slice, &args.request) {
+    // A unique prefix names a slice (the table shows Docker's 64-digit ids as 12).
+    let slice = {
+        let mut client = Client::connect(state_dir)?;
+        let ids: Vec<String> = match client.call(gpuslice_api::Request::Status)? {
+            Response::Status(s) => s.slices.into_iter().map(|s| s.slice_id).collect(),
+            _ => Vec::new(),
+        };
+        match gpuslice_cli::status::resolve_prefix(&args.slice, &ids) {
+            Ok(id) => id.to_string(),
+            Err(_) if ids.is_empty() => args.slice.clone(),
+            Err(e) => {
+                eprintln!("gpuslice update: {e}");
+                return Ok(1);
+            }
+        }
+    };
+    let request = match options::update_request(&slice, &args.request) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("gpuslice update: {e}");

@@ -180,7 +180,7 @@ impl StatusView {
             let mut rows: Vec<[String; 9]> = vec![header.map(String::from)];
             for s in &d.slices {
                 rows.push([
-                    s.slice_id.clone(),
+                    short_id(&s.slice_id).to_string(),
                     s.memory_cap.map_or("none".into(), bytes),
                     s.memory_used.map_or("n/a".into(), bytes),
                     s.compute_guaranteed.map_or("-".into(), |g| format!("{g}%")),
@@ -212,13 +212,13 @@ impl StatusView {
             }
             for s in &d.slices {
                 for e in &s.backstop {
-                    let _ = writeln!(out, "  {}: backstop: {}", s.slice_id, e.message);
+                    let _ = writeln!(out, "  {}: backstop: {}", short_id(&s.slice_id), e.message);
                 }
                 if let Some(k) = s.strikes.filter(|k| k.total > 0) {
                     let _ = writeln!(
                         out,
                         "  {}: {} lease(s) lost claiming demand without launching ({} in a row{})",
-                        s.slice_id,
+                        short_id(&s.slice_id),
                         k.total,
                         k.consecutive,
                         if k.backed_off { ", backed off now" } else { "" }
@@ -266,5 +266,37 @@ pub fn bytes(b: u64) -> String {
         format!("{r:.0}{unit}")
     } else {
         format!("{r:.1}{unit}")
+    }
+}
+
+/// A slice id as the table shows it: a 64-digit hex id (Docker's and containerd's container
+/// ids) as its first 12 digits, as `docker ps` does; any other id whole. `--json` keeps the
+/// whole id, and `gpuslice update` takes any unique prefix.
+pub fn short_id(id: &str) -> &str {
+    if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        &id[..12]
+    } else {
+        id
+    }
+}
+
+/// The one slice among `ids` that `prefix` names: itself when present, else the only id
+/// starting with it. `Err` says why not (none, or which ones it is ambiguous between).
+pub fn resolve_prefix<'a>(prefix: &str, ids: &'a [String]) -> Result<&'a str, String> {
+    if let Some(id) = ids.iter().find(|i| *i == prefix) {
+        return Ok(id);
+    }
+    let hits: Vec<&String> = ids.iter().filter(|i| i.starts_with(prefix)).collect();
+    match hits.as_slice() {
+        [one] => Ok(one),
+        [] => Err(format!("no slice \"{prefix}\"")),
+        many => Err(format!(
+            "\"{prefix}\" is the start of {} slices ({}): give more of the id",
+            many.len(),
+            many.iter()
+                .map(|s| short_id(s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
 }

@@ -364,3 +364,26 @@ fn strikes_come_from_the_status_reply() {
     assert_eq!(s[0]["strikes"]["backed_off"], true);
     assert_eq!(s[1]["strikes"]["total"], 0);
 }
+
+/// Docker's and containerd's 64-digit container ids show as 12 digits in the table (as in
+/// `docker ps`); other ids whole. `update` resolves a unique prefix, and names the candidates
+/// of an ambiguous one.
+#[test]
+fn long_container_ids_are_shortened_and_prefixes_resolve() {
+    use gpuslice_cli::status::{resolve_prefix, short_id};
+    let a = "648b7a2aabe75b02767068ac2d9e86f412749a9d09d8cd48aafa1ab2675528ea".to_string();
+    let b = "648b7a2aabe7ffffffffffffffffffffffffffffffffffffffffffffffffffff".to_string();
+    assert_eq!(short_id(&a), "648b7a2aabe7");
+    assert_eq!(short_id("train"), "train");
+    assert_eq!(short_id(&"g".repeat(64)), "g".repeat(64), "not hex: whole");
+    let ids = vec![a.clone(), b.clone(), "train".to_string()];
+    assert_eq!(resolve_prefix("train", &ids), Ok("train"));
+    assert_eq!(resolve_prefix("648b7a2aabe75", &ids), Ok(a.as_str()));
+    assert_eq!(resolve_prefix(&b, &ids), Ok(b.as_str()));
+    let e = resolve_prefix("648b7a2aabe7", &ids).unwrap_err();
+    assert!(
+        e.contains("start of 2 slices") && e.contains("648b7a2aabe7"),
+        "{e}"
+    );
+    assert_eq!(resolve_prefix("zzz", &ids).unwrap_err(), "no slice \"zzz\"");
+}
