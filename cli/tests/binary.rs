@@ -191,7 +191,10 @@ fn arbiter_down_names_the_socket() {
     let sock = node.dir.join("arbiter.sock");
     assert!(err.contains(&sock.display().to_string()), "{err}");
     assert!(!node.dir.join("ran").exists());
-    assert!(err.contains("the arbiter is not running: no socket at"), "{err}");
+    assert!(
+        err.contains("the arbiter is not running: no socket at"),
+        "{err}"
+    );
     let o = node.out(&["status"]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
