@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/pluginregistration/v1/api.proto",
         "proto/dra/v1beta1/api.proto",
         "proto/dra/v1/api.proto",
+        "proto/deviceplugin/v1beta1/api.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

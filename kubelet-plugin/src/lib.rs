@@ -15,6 +15,7 @@ pub mod capacity;
 pub mod cdi;
 pub mod checkpoint;
 pub mod claim;
+pub mod deviceplugin;
 pub mod driver;
 pub mod gpu;
 pub mod grpc;

@@ -18,3 +18,9 @@ pub mod dra_v1beta1 {
 pub mod dra_v1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
 }
+
+/// Device plugin API `v1beta1` (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1): kubelet's
+/// `Registration` service and the plugin's `DevicePlugin` service.
+pub mod deviceplugin {
+    tonic::include_proto!("v1beta1");
+}

@@ -37,7 +37,8 @@ impl Sockets {
     }
 }
 
-fn listen(path: &Path) -> std::io::Result<UnixListener> {
+/// Binds a unix socket at `path` (its directory created, a stale socket file replaced).
+pub fn listen(path: &Path) -> std::io::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
