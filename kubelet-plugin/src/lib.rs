@@ -6,10 +6,14 @@
 //!   [`driver`] (prepare / unprepare: arbiter, [`cdi`] spec, [`checkpoint`]).
 //! * How kubelet reaches it: [`grpc`] services on the unix sockets of [`serve`].
 //!
+//! * The API server: [`apiserver`] (client, ResourceClaims) and [`publish`] (this node's
+//!   ResourceSlices).
+//!
 //! Behind traits for tests without root, GPU, kubelet or API server: [`gpu::GpuSource`]
-//! ([`nvml`] on a node), [`claim::ClaimSource`], [`arbiter::Arbiter`], [`cdi::ClaimCdi`].
-//! Not here yet: the API-server client (reading claims, publishing ResourceSlices).
+//! ([`nvml`] on a node), [`claim::ClaimSource`] ([`apiserver::ApiClaims`] on a node),
+//! [`arbiter::Arbiter`], [`cdi::ClaimCdi`].
 
+pub mod apiserver;
 pub mod arbiter;
 pub mod capacity;
 pub mod cdi;
@@ -22,6 +26,7 @@ pub mod grpc;
 pub mod nvml;
 pub mod plan;
 pub mod proto;
+pub mod publish;
 pub mod quantity;
 pub mod resourceslice;
 pub mod serve;

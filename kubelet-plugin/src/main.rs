@@ -1,5 +1,6 @@
 //! `gpuslice-kubelet-plugin`: the kubelet plugin of gpuslice. `--mode dra` (the only mode so
-//! far): the DRA driver `gpuslice.io` — registration socket, DRA node service v1 / v1beta1,
+//! far): the DRA driver `gpuslice.io` — this node's ResourceSlices published through the API
+//! server, registration socket, DRA node service v1 / v1beta1, claims read from the API server,
 //! slices admitted at the arbiter, one CDI spec per claim. Logs to stderr.
 
 use std::path::{Path, PathBuf};
@@ -9,14 +10,16 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use gpuslice_arbiter::fit::Policy;
+use gpuslice_kubelet_plugin::apiserver::{self, ApiClaims};
 use gpuslice_kubelet_plugin::arbiter::SocketArbiter;
 use gpuslice_kubelet_plugin::capacity::{PublishPolicy, DEFAULT_SLICES_PER_GPU};
 use gpuslice_kubelet_plugin::cdi::CdiDir;
 use gpuslice_kubelet_plugin::checkpoint;
-use gpuslice_kubelet_plugin::claim::DirClaims;
+use gpuslice_kubelet_plugin::claim::{ClaimSource, DirClaims};
 use gpuslice_kubelet_plugin::driver::{Driver, Parts};
 use gpuslice_kubelet_plugin::gpu::GpuSource;
 use gpuslice_kubelet_plugin::nvml::NvmlGpus;
+use gpuslice_kubelet_plugin::publish::Publisher;
 use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::serve::{serve, Sockets};
 use gpuslice_kubelet_plugin::validate;
@@ -68,10 +71,24 @@ struct Cli {
     /// Bound on each arbiter call, seconds.
     #[arg(long, default_value_t = 5)]
     arbiter_timeout: u64,
-    /// Read ResourceClaims from `<DIR>/<namespace>/<name>.json` instead of the API server (the
-    /// API client is not written yet, so this is required for now).
+    /// Read ResourceClaims from `<DIR>/<namespace>/<name>.json` instead of the API server, and
+    /// publish no ResourceSlices (a node driven by hand, without a cluster).
     #[arg(long)]
     claims_from: Option<PathBuf>,
+    /// kubeconfig to reach the API server with (its current context); default: the Pod's
+    /// service account (in-cluster configuration).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Bound on each API server request, seconds.
+    #[arg(long, default_value_t = 10)]
+    api_timeout: u64,
+    /// How often the GPUs are listed for changes (appeared, gone, unhealthy), seconds.
+    #[arg(long, default_value_t = 10)]
+    device_poll: u64,
+    /// How often the published ResourceSlices are checked against the node anyway (repairs
+    /// slices changed or deleted by someone else), seconds.
+    #[arg(long, default_value_t = 300)]
+    resync: u64,
     /// Print this node's ResourceSlices (JSON) and exit.
     #[arg(long)]
     print_resource_slices: bool,
@@ -113,9 +130,6 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&slices)?);
         return Ok(());
     }
-    let Some(claims_dir) = cli.claims_from.clone() else {
-        bail!("the API-server client is not written yet: give --claims-from DIR");
-    };
     let interposer = absolute(&settings.interposer);
     let options = gpuslice_cdi::Options {
         driver_root: cli.driver_root.clone(),
@@ -129,12 +143,25 @@ fn main() -> Result<()> {
         state_dir: settings.state_dir.clone(),
         config: settings.config_path.as_deref().map(absolute),
     };
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let api_timeout = Duration::from_secs(cli.api_timeout.max(1));
+    let client = match &cli.claims_from {
+        Some(_) => None,
+        None => Some(rt.block_on(apiserver::connect(cli.kubeconfig.as_deref(), api_timeout))?),
+    };
+    let claims: Arc<dyn ClaimSource> = match (&cli.claims_from, &client) {
+        (Some(dir), _) => Arc::new(DirClaims(dir.clone())),
+        (None, Some(c)) => Arc::new(ApiClaims::new(c.clone(), rt.handle().clone(), api_timeout)),
+        (None, None) => unreachable!("a client is made when no --claims-from is given"),
+    };
+    let publisher =
+        client.map(|c| Publisher::new(c, &cli.node_name, gpus.clone(), policy.clone(), publish));
     let driver = Driver::new(Parts {
         node: cli.node_name.clone(),
         gpus,
         policy,
         publish,
-        claims: Arc::new(DirClaims(claims_dir)),
+        claims,
         arbiter: Arc::new(SocketArbiter::new(
             &settings.state_dir,
             Duration::from_secs(cli.arbiter_timeout.max(1)),
@@ -149,17 +176,44 @@ fn main() -> Result<()> {
         registry_dir: cli.registry_dir.clone(),
         plugin_dir: cli.plugin_dir.clone(),
     };
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(serve(&sockets, Arc::new(driver), async {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::info!("stopping");
-    }))
+    let poll = Duration::from_secs(cli.device_poll.max(1));
+    let resync = Duration::from_secs(cli.resync.max(1));
+    rt.block_on(async move {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let stop_on_exit = stop_tx.clone();
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        // The pool is published alongside the sockets: kubelet may prepare claims allocated
+        // from an earlier publication while this one is being written.
+        let publishing = async {
+            match &publisher {
+                Some(p) => p.run(poll, resync, stopped(stop_rx.clone())).await,
+                None => tracing::info!("--claims-from: no ResourceSlices are published"),
+            }
+        };
+        let serving = async {
+            let r = serve(&sockets, Arc::new(driver), async move {
+                let mut term =
+                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        Ok(s) => s,
+                        Err(_) => return std::future::pending().await,
+                    };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+                tracing::info!("stopping");
+                let _ = stop_tx.send(true);
+            })
+            .await;
+            // Serving ended (a signal, or a socket that could not be bound): so does publishing.
+            let _ = stop_on_exit.send(true);
+            r
+        };
+        let (served, ()) = tokio::join!(serving, publishing);
+        served
+    })
 }

@@ -1,6 +1,7 @@
 //! [`GpuSource`] from NVML: the arbiter's [`NvmlInventory`] for what admission counts (so the
 //! published memory is computed from the very numbers the arbiter uses), and a second NVML
-//! handle for the attributes only the ResourceSlice carries.
+//! handle for the attributes only the ResourceSlice carries. A GPU that NVML stops answering for
+//! (by UUID, or its memory query) is left out — unhealthy — so the publisher withdraws it.
 
 use std::path::Path;
 
@@ -34,10 +35,19 @@ impl GpuSource for NvmlGpus {
         let driver_version = self.nvml.sys_driver_version().ok();
         let mut out = Vec::new();
         for info in self.inventory.devices()? {
-            let d = self
-                .nvml
-                .device_by_uuid(info.uuid.as_str())
-                .map_err(|e| InventoryError(format!("NVML device {}: {e}", info.uuid)))?;
+            // A GPU NVML no longer answers for (fallen off the bus, lost, being reset) is not
+            // offered: it leaves the published pool until it answers again.
+            let d = match self.nvml.device_by_uuid(info.uuid.as_str()) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(uuid = %info.uuid, index = info.index, "NVML: {e}; not offering this GPU");
+                    continue;
+                }
+            };
+            if let Err(e) = d.memory_info() {
+                tracing::warn!(uuid = %info.uuid, index = info.index, "NVML memory query: {e}; not offering this GPU");
+                continue;
+            }
             out.push(Gpu {
                 minor: d.minor_number().unwrap_or(info.index),
                 architecture: d.architecture().ok().map(|a| a.to_string()),

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod apiserver;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -18,7 +20,7 @@ use gpuslice_kubelet_plugin::arbiter::{Admitted, Arbiter, ArbiterError};
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::cdi::{device_id, ClaimCdi};
 use gpuslice_kubelet_plugin::checkpoint;
-use gpuslice_kubelet_plugin::claim::MemoryClaims;
+use gpuslice_kubelet_plugin::claim::{ClaimSource, MemoryClaims};
 use gpuslice_kubelet_plugin::driver::{Driver, Parts};
 use gpuslice_kubelet_plugin::gpu::{Gpu, StaticGpus};
 use k8s_openapi::api::resource::v1::{
@@ -193,12 +195,17 @@ impl Node {
 
     /// A driver over this node's doubles; a second call is a plugin restart.
     pub fn driver(&self) -> Driver {
+        self.driver_with(self.claims.clone())
+    }
+
+    /// A driver over this node's doubles reading claims from `claims`.
+    pub fn driver_with(&self, claims: Arc<dyn ClaimSource>) -> Driver {
         Driver::new(Parts {
             node: NODE.into(),
             gpus: Arc::new(StaticGpus(gpus())),
             policy: self.policy.clone(),
             publish: self.publish,
-            claims: self.claims.clone(),
+            claims,
             arbiter: self.arbiter.clone(),
             cdi: self.cdi.clone(),
             checkpoint: self.checkpoint_path(),
