@@ -1,0 +1,330 @@
+//! The per-claim CDI spec as `CdiDir` writes it, on a fake driver root and dev root with real
+//! character device nodes (`mknod`: needs root; under `CI=true` a non-root run fails, else it
+//! skips loudly): the file parses with the `container-device-interface` crate as kind
+//! `gpuslice.io/claim` with one device named by the claim's UID, and carries the slice mount,
+//! the interposer and preload mounts, the env and exactly the allocated GPU's device nodes. A
+//! failed write leaves no spec (nor temporary file), and through the driver no slice or
+//! checkpoint entry either.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use common::{gpus, ClaimSpec, FakeArbiter, GI, NODE};
+use gpuslice_arbiter::fit::Policy;
+use gpuslice_cdi::{ldcache, Options};
+use gpuslice_kubelet_plugin::capacity::PublishPolicy;
+use gpuslice_kubelet_plugin::cdi::{CdiDir, ClaimCdi, CONTAINER_SLICE_DIR};
+use gpuslice_kubelet_plugin::checkpoint;
+use gpuslice_kubelet_plugin::claim::{ClaimRef, MemoryClaims};
+use gpuslice_kubelet_plugin::driver::{Driver, Parts};
+use gpuslice_kubelet_plugin::gpu::StaticGpus;
+use serde_json::Value;
+
+const UID: &str = "3f2e1d0c-0000-4000-8000-00000000cd01";
+const LIB: &str = "usr/lib/x86_64-linux-gnu";
+
+fn root_or_skip(test: &str) -> bool {
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() == Some(0) {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: needs root (mknod) and CI=true forbids skipping"
+    );
+    eprintln!("\n\n*** SKIPPED {test}: needs root to mknod device nodes ***\n");
+    false
+}
+
+/// A character device node (coreutils' mknod).
+fn mknod(path: &Path, major: u32, minor: u32) {
+    let st = Command::new("mknod")
+        .arg(path)
+        .args(["c", &major.to_string(), &minor.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "mknod {}", path.display());
+}
+
+/// A scratch tree: `dev/` (nvidia0, nvidia1, nvidiactl, nvidia-uvm), `driver/` (libcuda and
+/// libnvidia-ml in a loader cache), `bin/` (interposer, hook), `cdi/`, `slice/`.
+struct Fake {
+    root: PathBuf,
+    options: Options,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn fake(tag: &str) -> Fake {
+    let root = std::env::temp_dir().join(format!("gs-kp-cdi-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dev = root.join("dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    for (name, major, minor) in [
+        ("nvidia0", 195, 0),
+        ("nvidia1", 195, 1),
+        ("nvidiactl", 195, 255),
+        ("nvidia-uvm", 510, 0),
+    ] {
+        mknod(&dev.join(name), major, minor);
+    }
+    let drv = root.join("driver");
+    std::fs::create_dir_all(drv.join(LIB)).unwrap();
+    std::fs::create_dir_all(drv.join("etc")).unwrap();
+    let libs = ["libcuda.so.1", "libnvidia-ml.so.1"];
+    for l in libs {
+        std::fs::write(drv.join(LIB).join(l), "ELF").unwrap();
+    }
+    let entries: Vec<(String, String)> = libs
+        .iter()
+        .map(|l| (l.to_string(), format!("/{LIB}/{l}")))
+        .collect();
+    let refs: Vec<(&str, &str, i32)> = entries
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str(), 0x0303))
+        .collect();
+    std::fs::write(drv.join("etc/ld.so.cache"), ldcache::encode(&refs)).unwrap();
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("libgpuslice.so"), "so").unwrap();
+    std::fs::write(bin.join("gpuslice-hook"), "hook").unwrap();
+    std::fs::create_dir_all(root.join("slice")).unwrap();
+    let options = Options {
+        driver_root: drv,
+        dev_root: dev,
+        interposer: bin.join("libgpuslice.so"),
+        preload_file: bin.join("ld.so.preload"),
+        hook: bin.join("gpuslice-hook"),
+        state_dir: root.join("state"),
+        config: None,
+    };
+    Fake { root, options }
+}
+
+impl Fake {
+    fn cdi(&self) -> CdiDir {
+        CdiDir {
+            dir: self.root.join("cdi"),
+            options: self.options.clone(),
+        }
+    }
+}
+
+fn files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn cdi_dir_writes_a_spec_the_cdi_crate_reads_with_mounts_env_preload_and_nodes() {
+    if !root_or_skip("cdi_dir_writes_a_spec_the_cdi_crate_reads_with_mounts_env_preload_and_nodes")
+    {
+        return;
+    }
+    let f = fake("spec");
+    let cdi = f.cdi();
+    let gpu = gpus().remove(1); // minor 1
+    let slice = f.root.join("slice");
+    let ids = cdi.write(UID, &gpu, &slice).unwrap();
+    assert_eq!(ids, [format!("gpuslice.io/claim={UID}")]);
+    let path = cdi.path(UID);
+    assert_eq!(
+        files(&f.root.join("cdi")),
+        [format!("gpuslice.io-claim_{UID}.yaml")]
+    );
+
+    // The CDI crate's own reader accepts it: vendor gpuslice.io, class claim, one device.
+    let spec = container_device_interface::spec::read_spec(&path, 0).unwrap();
+    assert_eq!(spec.get_vendor(), "gpuslice.io");
+    assert_eq!(spec.get_class(), "claim");
+    let names: Vec<String> = spec
+        .get_devices()
+        .values()
+        .map(|d| d.get_qualified_name())
+        .collect();
+    assert_eq!(names, [format!("gpuslice.io/claim={UID}")]);
+
+    // Its content, field by field.
+    let v: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let dev = &v["devices"][0];
+    assert_eq!(dev["name"], UID);
+    let edits = &dev["containerEdits"];
+    let mounts: Vec<(String, String, Vec<String>)> = edits["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["hostPath"].as_str().unwrap().to_string(),
+                m["containerPath"].as_str().unwrap().to_string(),
+                m["options"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|o| o.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect();
+    let mount = |container: &str| {
+        mounts
+            .iter()
+            .find(|m| m.1 == container)
+            .unwrap_or_else(|| panic!("no mount at {container}: {mounts:?}"))
+            .clone()
+    };
+    let s = mount(CONTAINER_SLICE_DIR);
+    assert_eq!(s.0, slice.display().to_string());
+    assert!(s.2.contains(&"ro".to_string()), "{s:?}");
+    let u = mount(&format!("{CONTAINER_SLICE_DIR}/usage"));
+    assert_eq!(u.0, slice.join("usage").display().to_string());
+    assert!(u.2.contains(&"rw".to_string()), "{u:?}");
+    let i = mount("/usr/lib/gpuslice/libgpuslice.so");
+    assert_eq!(i.0, f.options.interposer.display().to_string());
+    let p = mount("/etc/ld.so.preload");
+    assert_eq!(p.0, f.options.preload_file.display().to_string());
+    mount(&format!("/{LIB}/libcuda.so.1"));
+    mount(&format!("/{LIB}/libnvidia-ml.so.1"));
+    // The preload file it names holds the interposer's container path.
+    assert_eq!(
+        std::fs::read_to_string(&f.options.preload_file).unwrap(),
+        gpuslice_cdi::preload_content()
+    );
+    let env: Vec<&str> = edits["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(env.contains(&"GPUSLICE_SLICE_DIR=/run/gpuslice"), "{env:?}");
+    let visible = format!("CUDA_VISIBLE_DEVICES={}", gpu.info.uuid);
+    assert!(env.contains(&visible.as_str()), "{env:?}");
+    let nodes: Vec<&str> = edits["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    for n in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"] {
+        assert!(nodes.contains(&n), "{n} missing: {nodes:?}");
+    }
+    assert!(
+        !nodes.contains(&"/dev/nvidia0"),
+        "another GPU's node: {nodes:?}"
+    );
+    // The slice already exists (it belongs to the claim): no hooks.
+    assert!(
+        edits["hooks"].as_array().is_none_or(|h| h.is_empty()),
+        "{edits}"
+    );
+
+    // Removed, and removing again is fine.
+    cdi.remove(UID).unwrap();
+    cdi.remove(UID).unwrap();
+    assert!(files(&f.root.join("cdi")).is_empty());
+}
+
+#[test]
+fn cdi_dir_a_failed_write_leaves_nothing() {
+    if !root_or_skip("cdi_dir_a_failed_write_leaves_nothing") {
+        return;
+    }
+    let f = fake("fail");
+    let cdi = f.cdi();
+    let gpu = gpus().remove(0);
+    // The spec's name is taken by a directory: the final rename fails.
+    let blocker = cdi.path(UID);
+    std::fs::create_dir_all(&blocker).unwrap();
+    let err = cdi
+        .write(UID, &gpu, &f.root.join("slice"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&blocker.display().to_string()), "{err}");
+    assert_eq!(
+        files(&f.root.join("cdi")),
+        [format!("gpuslice.io-claim_{UID}.yaml")],
+        "a temporary file was left"
+    );
+    std::fs::remove_dir(&blocker).unwrap();
+    // The GPU's device node is missing: named, nothing written.
+    std::fs::remove_file(f.options.dev_root.join("nvidia0")).unwrap();
+    let err = cdi
+        .write(UID, &gpu, &f.root.join("slice"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nvidia0") && err.contains("not a character device"),
+        "{err}"
+    );
+    assert!(files(&f.root.join("cdi")).is_empty());
+}
+
+#[test]
+fn cdi_dir_through_the_driver_a_failed_spec_undoes_the_slice_and_the_entry() {
+    if !root_or_skip("cdi_dir_through_the_driver_a_failed_spec_undoes_the_slice_and_the_entry") {
+        return;
+    }
+    let f = fake("driver");
+    let cdi = f.cdi();
+    let arbiter = Arc::new(FakeArbiter::new(Policy::default(), &f.root.join("state")));
+    let claims = Arc::new(MemoryClaims::default());
+    claims.put(ClaimSpec::new(UID, "gpu-0", 16 * GI, 40).build());
+    let cp = f.root.join("plugin").join(checkpoint::FILE);
+    let driver = Driver::new(Parts {
+        node: NODE.into(),
+        gpus: Arc::new(StaticGpus(gpus())),
+        policy: Policy::default(),
+        publish: PublishPolicy::default(),
+        claims,
+        arbiter: arbiter.clone(),
+        cdi: Arc::new(cdi.clone()),
+        checkpoint: cp.clone(),
+    })
+    .unwrap();
+    let c = ClaimRef {
+        namespace: "default".into(),
+        name: UID.into(),
+        uid: UID.into(),
+    };
+    // The allocated GPU's device node is missing (driver reloading): the spec cannot be built.
+    let node0 = f.options.dev_root.join("nvidia0");
+    std::fs::remove_file(&node0).unwrap();
+    let err = driver.prepare(std::slice::from_ref(&c))[UID]
+        .clone()
+        .unwrap_err();
+    assert!(
+        err.contains("device gpu-0: CDI spec")
+            && err.contains("nvidia0")
+            && err.contains("nothing was left behind"),
+        "{err}"
+    );
+    assert!(arbiter.slices().is_empty());
+    assert!(driver.checkpoint().claims.is_empty());
+    assert!(files(&f.root.join("cdi")).is_empty());
+    mknod(&node0, 195, 0);
+    // Once the node is back, the same claim prepares: a real spec on disk.
+    let devs = driver.prepare(std::slice::from_ref(&c))[UID]
+        .clone()
+        .unwrap();
+    assert_eq!(devs[0].cdi_device_ids, [format!("gpuslice.io/claim={UID}")]);
+    container_device_interface::spec::read_spec(&cdi.path(UID), 0).unwrap();
+    driver.unprepare(std::slice::from_ref(&c))[UID]
+        .clone()
+        .unwrap();
+    assert!(files(&f.root.join("cdi")).is_empty());
+    assert!(arbiter.slices().is_empty());
+}
