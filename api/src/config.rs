@@ -62,6 +62,13 @@ pub struct AdmissionConfig {
     pub context_reserve: ByteSize,
     /// How many processes per slice admission reserves context memory for.
     pub processes_per_slice: u32,
+    /// The node's GPU capacity is allocated by Kubernetes DRA (`gpuslice-kubelet-plugin`
+    /// publishes it; `docs/dra.md`): only the plugin's slices are admitted ([`is_dra_slice`]
+    /// with no owner); every other admit (annotations, environment, `gpuslice run`) is refused,
+    /// so the scheduler's sums stay the arbiter's. Slices restored at start are kept.
+    ///
+    /// [`is_dra_slice`]: crate::protocol::is_dra_slice
+    pub dra_only: bool,
 }
 
 impl Default for AdmissionConfig {
@@ -71,6 +78,7 @@ impl Default for AdmissionConfig {
             overcommit_memory: false,
             context_reserve: ByteSize(DEFAULT_CONTEXT_RESERVE),
             processes_per_slice: 1,
+            dra_only: false,
         }
     }
 }

@@ -317,6 +317,25 @@ impl ResponseEnvelope {
     }
 }
 
+/// Slice ids of the DRA kubelet plugin: `dra-<claim uid>`.
+pub const DRA_SLICE_PREFIX: &str = "dra-";
+
+/// Whether an admit is the DRA kubelet plugin's: id `dra-<claim uid>` (a UUID, as the API
+/// server assigns them) and no owner (the slice belongs to the claim, not to a container or a
+/// process). What `[admission] dra_only` lets through.
+pub fn is_dra_slice(id: &str, owner: &Owner) -> bool {
+    let Some(uid) = id.strip_prefix(DRA_SLICE_PREFIX) else {
+        return false;
+    };
+    let groups: Vec<&str> = uid.split('-').collect();
+    let uuid = groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.bytes().all(|b| b.is_ascii_hexdigit()));
+    uuid && *owner == Owner::default()
+}
+
 /// Whether `id` is acceptable as a slice id (it names a directory under the state dir).
 pub fn valid_slice_id(id: &str) -> bool {
     (1..=128).contains(&id.len())

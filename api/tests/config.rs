@@ -17,6 +17,7 @@ fn empty_file_is_defaults() {
     assert_eq!(c.state_dir, Path::new("/run/gpuslice"));
     assert_eq!(c.admission.placement, Placement::Binpack);
     assert!(!c.admission.overcommit_memory);
+    assert!(!c.admission.dra_only);
     assert_eq!(
         c.admission.context_reserve,
         ByteSize(DEFAULT_CONTEXT_RESERVE)
@@ -39,6 +40,7 @@ placement = "spread"
 overcommit_memory = true
 context_reserve = "300Mi"
 processes_per_slice = 2
+dra_only = true
 [scheduler]
 quantum = "2500us"
 [metrics]
@@ -52,6 +54,7 @@ listen = "127.0.0.1:9555"
     assert!(c.admission.overcommit_memory);
     assert_eq!(c.admission.context_reserve, ByteSize(300 << 20));
     assert_eq!(c.admission.processes_per_slice, 2);
+    assert!(c.admission.dra_only);
     assert_eq!(c.scheduler.quantum, Duration::from_micros(2500));
     assert_eq!(c.metrics.listen.port(), 9555);
     // Render and re-read: the same configuration.

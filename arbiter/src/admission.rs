@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuslice_api::protocol::valid_slice_id;
+use gpuslice_api::protocol::{is_dra_slice, valid_slice_id};
 use gpuslice_api::quantity::format_bytes;
 use gpuslice_api::{
     AssignedDevice, DeviceRef, DeviceSelector, DeviceStatus, ErrorCode, MemoryRequest, NodeStatus,
@@ -185,6 +185,12 @@ impl Admission {
             return Err(AdmitError::BadSliceId(id.to_string()));
         }
         request.validate()?;
+        if self.policy.dra_only && !is_dra_slice(id, &owner) {
+            return Err(AdmitError::Refused {
+                id: id.to_string(),
+                refusal: Refusal::DraOnly,
+            });
+        }
         if let Some(existing) = self.slices.get(id) {
             return if existing.request == request {
                 Ok(Admitted {

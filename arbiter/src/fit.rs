@@ -19,6 +19,8 @@ pub struct Policy {
     pub context_reserve: u64,
     /// Processes per slice that admission reserves context memory for.
     pub processes_per_slice: u32,
+    /// Admit only the DRA kubelet plugin's slices (`[admission] dra_only`).
+    pub dra_only: bool,
 }
 
 impl Default for Policy {
@@ -34,6 +36,7 @@ impl From<&gpuslice_api::config::AdmissionConfig> for Policy {
             overcommit_memory: c.overcommit_memory,
             context_reserve: c.context_reserve.0,
             processes_per_slice: c.processes_per_slice,
+            dra_only: c.dra_only,
         }
     }
 }
@@ -173,6 +176,9 @@ pub enum Refusal {
     },
     /// An update does not fit on one of the slice's devices.
     UpdateDoesNotFit(DeviceRefusal),
+    /// `[admission] dra_only`: the node's GPUs are allocated by Kubernetes DRA, and this admit
+    /// is not the kubelet plugin's.
+    DraOnly,
 }
 
 impl fmt::Display for Refusal {
@@ -193,6 +199,12 @@ impl fmt::Display for Refusal {
                 Ok(())
             }
             Refusal::UpdateDoesNotFit(r) => write!(f, "update does not fit on {r}"),
+            Refusal::DraOnly => f.write_str(
+                "this node's GPUs are allocated by Kubernetes DRA ([admission] dra_only = true): \
+                 only gpuslice-kubelet-plugin admits slices here, for prepared ResourceClaims; \
+                 ask through a ResourceClaim of DeviceClass gpuslice.io instead of gpuslice.io/* \
+                 annotations, GPUSLICE_* environment or `gpuslice run` (docs/dra.md)",
+            ),
         }
     }
 }

@@ -553,3 +553,56 @@ fn restore_rebuilds_and_warns_instead_of_refusing() {
         Err(AdmitError::MissingDevice { .. })
     ));
 }
+
+/// `[admission] dra_only`: only the DRA kubelet plugin's slices (`dra-<claim uid>`, no owner)
+/// are admitted; a container's (annotations, environment), a bare process's (`gpuslice run`)
+/// or one that only borrows the id shape is refused, naming the slice and why.
+#[test]
+fn dra_only_admits_the_kubelet_plugins_slices_and_refuses_the_rest() {
+    let policy = Policy {
+        dra_only: true,
+        ..Policy::default()
+    };
+    let mut a = Admission::new(
+        StaticInventory::fake(&[("NVIDIA H100", 80 * GI)])
+            .devices()
+            .unwrap(),
+        policy,
+    );
+    let claim = "dra-5b0c3a52-9f1e-4c7e-9b7a-1d2e3f405060";
+    a.admit(claim, mem(16 * GI), Owner::default()).unwrap();
+    let container = Owner {
+        container_id: Some("a1b2c3".into()),
+        ..Owner::default()
+    };
+    let process = Owner {
+        pid: Some(4242),
+        ..Owner::default()
+    };
+    for (id, owner) in [
+        ("a1b2c3", container.clone()),
+        ("run-4242", process),
+        ("dra-5b0c3a52-9f1e-4c7e-9b7a-1d2e3f405061", container),
+        ("dra-not-a-uuid", Owner::default()),
+    ] {
+        let e = a.admit(id, mem(GI), owner).unwrap_err();
+        assert_eq!(refusal(e.clone()), Refusal::DraOnly, "{id}");
+        assert_eq!(e.code(), ErrorCode::Refused);
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("slice \"{id}\" refused: ")),
+            "{text}"
+        );
+        for needle in [
+            "[admission] dra_only = true",
+            "ResourceClaim",
+            "docs/dra.md",
+        ] {
+            assert!(text.contains(needle), "{text}");
+        }
+    }
+    assert_eq!(a.slices().count(), 1);
+    // Off (the default): the same admits go through.
+    let mut open = node(&[("NVIDIA H100", 80 * GI)], Placement::Binpack);
+    open.admit("a1b2c3", mem(GI), Owner::default()).unwrap();
+}

@@ -61,7 +61,7 @@ pub struct Driver {
 
 /// The slice id of a claim.
 pub fn slice_id(claim_uid: &str) -> String {
-    format!("dra-{claim_uid}")
+    format!("{}{claim_uid}", gpuslice_api::protocol::DRA_SLICE_PREFIX)
 }
 
 impl Driver {

@@ -16,7 +16,9 @@ use common::apiserver::{kubeconfig_for, StandIn};
 use common::{gpus, ClaimSpec, Node, GI, NODE};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::InventoryError;
+use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::apiserver::{connect, ApiClaims};
+use gpuslice_kubelet_plugin::arbiter::Arbiter;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy};
 use gpuslice_kubelet_plugin::claim::{ClaimRef, ClaimSource, SourceError};
 use gpuslice_kubelet_plugin::gpu::{Gpu, GpuSource, StaticGpus};
@@ -526,6 +528,15 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
         TIMEOUT,
     ));
     let driver = node.driver_with(claims.clone());
+    // The node runs its arbiter with [admission] dra_only, as the DaemonSet of the dra overlay
+    // does: the plugin's slices must pass, anything else is refused.
+    *node.arbiter.admission.lock().unwrap() = Admission::new(
+        gpus().into_iter().map(|g| g.info).collect(),
+        Policy {
+            dra_only: true,
+            ..Policy::default()
+        },
+    );
     let uid = "8d2e3f40-0000-4000-8000-000000000001";
     let r = ClaimRef {
         namespace: "default".into(),
@@ -579,6 +590,18 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
     let slices = node.arbiter.slices();
     assert_eq!(slices.len(), 1);
     assert_eq!(slices[0].devices[0].memory_cap, Some(16 * GI));
+    let annotated = node.arbiter.admit(
+        "0123456789ab",
+        &gpuslice_api::SliceRequest {
+            memory: Some(gpuslice_api::MemoryRequest::Bytes(GI)),
+            ..Default::default()
+        },
+    );
+    let err = annotated.unwrap_err().to_string();
+    assert!(
+        err.contains("slice \"0123456789ab\" refused") && err.contains("dra_only"),
+        "{err}"
+    );
     // A retry after the claim is gone: answered from the checkpoint, no API call needed.
     e.api.state().claims.clear();
     let gets = e.api.state().log.len();
