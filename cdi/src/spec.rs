@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::CdiError;
 
@@ -11,39 +11,39 @@ use crate::CdiError;
 pub const KIND: &str = "gpuslice.io/gpu";
 
 /// A CDI spec document (the subset of the schema gpuslice uses).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Spec {
     #[serde(rename = "cdiVersion")]
     pub cdi_version: String,
     pub kind: String,
     pub devices: Vec<Device>,
-    #[serde(rename = "containerEdits")]
+    #[serde(rename = "containerEdits", default)]
     pub container_edits: Edits,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Device {
     pub name: String,
-    #[serde(rename = "containerEdits")]
+    #[serde(rename = "containerEdits", default)]
     pub container_edits: Edits,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Edits {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
-    #[serde(rename = "deviceNodes", skip_serializing_if = "Vec::is_empty")]
+    #[serde(rename = "deviceNodes", default, skip_serializing_if = "Vec::is_empty")]
     pub device_nodes: Vec<DeviceNode>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<Mount>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<Hook>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DeviceNode {
     pub path: String,
-    #[serde(rename = "hostPath", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "hostPath", default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<String>,
     #[serde(rename = "type")]
     pub kind: String,
@@ -51,22 +51,35 @@ pub struct DeviceNode {
     pub minor: i64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Mount {
     #[serde(rename = "hostPath")]
     pub host_path: String,
     #[serde(rename = "containerPath")]
     pub container_path: String,
+    #[serde(default)]
     pub options: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Hook {
     #[serde(rename = "hookName")]
     pub hook_name: String,
     pub path: String,
+    #[serde(default)]
     pub args: Vec<String>,
+    #[serde(default)]
     pub timeout: i64,
+}
+
+/// Reads a spec this module wrote (YAML or JSON), e.g. the node's `gpuslice.yaml`.
+pub fn parse(text: &str, origin: &Path) -> Result<Spec, CdiError> {
+    serde_yaml::from_str(text).map_err(|e| {
+        CdiError::Invalid(format!(
+            "{}: not a gpuslice CDI spec: {e}",
+            origin.display()
+        ))
+    })
 }
 
 /// Output format.

@@ -5,6 +5,12 @@
 //! standalone hooks (the slice already exists: it belongs to the claim, not to a container),
 //! plus the slice directory read-only at `/run/gpuslice` with its `usage` file read-write on
 //! top, `GPUSLICE_SLICE_DIR` and `CUDA_VISIBLE_DEVICES`.
+//!
+//! In a container (the DaemonSet) the plugin does not see the host's driver root, interposer or
+//! hook at their host paths, so [`CdiDir::node_spec`] names the node's own spec instead (the
+//! `/var/run/cdi/gpuslice.yaml` that `gpuslice cdi generate` wrote in the host's mount
+//! namespace): its common edits and the GPU's device entry are taken as they are, with host
+//! paths, and the plugin writes nothing outside the CDI directory.
 
 use std::path::{Path, PathBuf};
 
@@ -38,8 +44,11 @@ pub trait ClaimCdi: Send + Sync {
 pub struct CdiDir {
     /// The directory engines read.
     pub dir: PathBuf,
-    /// What `gpuslice cdi generate` would be given.
+    /// What `gpuslice cdi generate` would be given (unused but for the state dir when
+    /// `node_spec` is set).
     pub options: Options,
+    /// The node's spec to derive claim specs from, instead of discovering the driver here.
+    pub node_spec: Option<PathBuf>,
 }
 
 impl CdiDir {
@@ -55,14 +64,28 @@ impl CdiDir {
             uuid: gpu.info.uuid.clone(),
             minor: gpu.minor,
         };
-        let base = gpuslice_cdi::build(&self.options, &[cdi_gpu])?;
+        let base = match &self.node_spec {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| {
+                    CdiError::Io(format!("read the node's CDI spec {}: {e}", p.display()))
+                })?;
+                spec::parse(&text, p)?
+            }
+            None => gpuslice_cdi::build(&self.options, &[cdi_gpu])?,
+        };
         let mut edits = base.container_edits;
         edits.hooks.clear();
         let by_uuid = base
             .devices
             .iter()
             .find(|d| d.name == gpu.info.uuid)
-            .ok_or_else(|| CdiError::Missing(format!("no CDI edits for {}", gpu.info.uuid)))?;
+            .ok_or_else(|| {
+                let from = match &self.node_spec {
+                    Some(p) => format!(" in {}", p.display()),
+                    None => String::new(),
+                };
+                CdiError::Missing(format!("no CDI device {}{from}", gpu.info.uuid))
+            })?;
         edits
             .env
             .extend(by_uuid.container_edits.env.iter().cloned());
@@ -108,8 +131,11 @@ impl CdiDir {
 impl ClaimCdi for CdiDir {
     fn write(&self, claim_uid: &str, gpu: &Gpu, slice_dir: &Path) -> Result<Vec<String>, CdiError> {
         let s = self.spec(claim_uid, gpu, slice_dir)?;
+        // With the node's spec, its generator already wrote the preload file it mounts.
         let preload = gpuslice_cdi::preload_content();
-        if std::fs::read_to_string(&self.options.preload_file).ok() != Some(preload.clone()) {
+        if self.node_spec.is_none()
+            && std::fs::read_to_string(&self.options.preload_file).ok() != Some(preload.clone())
+        {
             spec::write_atomic(&self.options.preload_file, &preload)?;
         }
         spec::write_atomic(&self.path(claim_uid), &s.render(Format::Yaml)?)?;

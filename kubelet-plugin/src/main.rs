@@ -59,6 +59,11 @@ struct Cli {
     /// Where the per-claim CDI specs are written.
     #[arg(long, default_value = "/var/run/cdi")]
     cdi_dir: PathBuf,
+    /// Derive each claim's CDI spec from the node's own spec (`gpuslice cdi generate`'s, with
+    /// host paths) instead of discovering the driver under --driver-root / --dev-root: for a
+    /// plugin in a container, which does not see the host at its paths.
+    #[arg(long)]
+    node_cdi_spec: Option<PathBuf>,
     /// Claims per GPU at most; the context reserves of that many slices are set aside.
     #[arg(long, default_value_t = DEFAULT_SLICES_PER_GPU, value_parser = clap::value_parser!(u32).range(1..=100))]
     slices_per_gpu: u32,
@@ -169,6 +174,7 @@ fn main() -> Result<()> {
         cdi: Arc::new(CdiDir {
             dir: cli.cdi_dir.clone(),
             options,
+            node_spec: cli.node_cdi_spec.clone(),
         }),
         checkpoint: cli.plugin_dir.join(checkpoint::FILE),
     })?;

@@ -113,6 +113,7 @@ impl Fake {
         CdiDir {
             dir: self.root.join("cdi"),
             options: self.options.clone(),
+            node_spec: None,
         }
     }
 }
@@ -327,4 +328,101 @@ fn cdi_dir_through_the_driver_a_failed_spec_undoes_the_slice_and_the_entry() {
         .unwrap();
     assert!(files(&f.root.join("cdi")).is_empty());
     assert!(arbiter.slices().is_empty());
+}
+
+/// As in the DaemonSet: the node's spec written by `gpuslice cdi generate` (host paths), and a
+/// plugin that cannot see the driver root: the claim's spec takes the node spec's common edits
+/// and the GPU's own entry, hooks dropped, and writes nothing but itself.
+#[test]
+fn cdi_dir_derives_the_claim_spec_from_the_nodes_spec() {
+    if !root_or_skip("cdi_dir_derives_the_claim_spec_from_the_nodes_spec") {
+        return;
+    }
+    let f = fake("node-spec");
+    let node_spec = f.root.join("cdi/gpuslice.yaml");
+    let all: Vec<gpuslice_cdi::Gpu> = gpus()
+        .iter()
+        .map(|g| gpuslice_cdi::Gpu {
+            index: g.info.index,
+            uuid: g.info.uuid.clone(),
+            minor: g.minor,
+        })
+        .collect();
+    gpuslice_cdi::generate(&f.options, &all, gpuslice_cdi::Format::Yaml, &node_spec).unwrap();
+    let preload_before = std::fs::metadata(&f.options.preload_file)
+        .unwrap()
+        .modified()
+        .unwrap();
+    let plugin = CdiDir {
+        dir: f.root.join("cdi"),
+        options: Options {
+            driver_root: "/nonexistent/driver".into(),
+            dev_root: "/nonexistent/dev".into(),
+            interposer: "/nonexistent/libgpuslice.so".into(),
+            preload_file: "/nonexistent/ld.so.preload".into(),
+            hook: "/nonexistent/gpuslice-hook".into(),
+            ..f.options.clone()
+        },
+        node_spec: Some(node_spec.clone()),
+    };
+    let gpu = gpus().remove(1);
+    plugin.write(UID, &gpu, &f.root.join("slice")).unwrap();
+    let claim: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(plugin.path(UID)).unwrap()).unwrap();
+    let node: Value = serde_yaml::from_str(&std::fs::read_to_string(&node_spec).unwrap()).unwrap();
+    let edits = &claim["devices"][0]["containerEdits"];
+    // Every common mount of the node spec (libraries, interposer, preload), at its host path.
+    for m in node["containerEdits"]["mounts"].as_array().unwrap() {
+        assert!(
+            edits["mounts"].as_array().unwrap().contains(m),
+            "{m} missing from {edits}"
+        );
+    }
+    let nodes: Vec<&str> = edits["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        nodes.contains(&"/dev/nvidia1") && nodes.contains(&"/dev/nvidiactl"),
+        "{nodes:?}"
+    );
+    assert!(!nodes.contains(&"/dev/nvidia0"), "{nodes:?}");
+    assert!(edits["hooks"].is_null(), "{edits}");
+    container_device_interface::spec::read_spec(&plugin.path(UID), 0).unwrap();
+    // Nothing else written: the preload file is the generator's.
+    assert_eq!(
+        std::fs::metadata(&f.options.preload_file)
+            .unwrap()
+            .modified()
+            .unwrap(),
+        preload_before
+    );
+    assert_eq!(
+        files(&f.root.join("cdi")),
+        [
+            format!("gpuslice.io-claim_{UID}.yaml"),
+            "gpuslice.yaml".into()
+        ]
+    );
+    // A node spec without the GPU, or none at all: named, nothing written.
+    plugin.remove(UID).unwrap();
+    let mut other = gpu.clone();
+    other.info.uuid = "GPU-ffffffff-0000-0000-0000-000000000000".into();
+    let err = plugin
+        .write(UID, &other, &f.root.join("slice"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no CDI device GPU-ffffffff") && err.contains("gpuslice.yaml"),
+        "{err}"
+    );
+    std::fs::remove_file(&node_spec).unwrap();
+    let err = plugin
+        .write(UID, &gpu, &f.root.join("slice"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("read the node's CDI spec"), "{err}");
+    assert!(files(&f.root.join("cdi")).is_empty());
 }
