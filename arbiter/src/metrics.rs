@@ -163,7 +163,8 @@ pub fn slice_usage(dir: &Path, slice: &SliceStatus) -> Option<(Vec<u64>, usize)>
     let n = limits.device_count().min(slice.devices.len());
     let usage = Usage::open_read_only(dir, n).ok()?;
     let caps: Vec<u64> = (0..n).map(|d| limits.memory_cap(d)).collect();
-    let snap = usage.snapshot(&caps);
+    // Records carry pids of the tenant's pid namespace: judged in the owner's.
+    let snap = usage.snapshot_for_owner(&caps, slice.owner.pid);
     Some((snap.used, snap.processes.len()))
 }
 

@@ -555,8 +555,30 @@ impl Usage {
     }
 
     /// A validated, clamped copy for readers outside the tenant. `caps[d]` bounds device `d`.
-    /// Only records whose process is alive (per `/proc`) are listed.
+    /// Only records whose process is alive (per the reader's `/proc`, so for tenants in the
+    /// reader's pid namespace; see [`Usage::snapshot_by`]) are listed.
     pub fn snapshot(&self, caps: &[u64]) -> UsageSnapshot {
+        self.snapshot_by(caps, &|pid, start| {
+            crate::liveness::liveness(pid, Some(start)) != Liveness::Dead
+        })
+    }
+
+    /// [`Usage::snapshot`] for a reader on the host: records are judged in the pid namespace of
+    /// `owner` (the host pid of the slice's owner: a container's init, a bare process), so a
+    /// container's processes are seen as alive; without an owner (or one that is gone), in the
+    /// reader's own namespace.
+    pub fn snapshot_for_owner(&self, caps: &[u64], owner: Option<u32>) -> UsageSnapshot {
+        let proc_root = std::path::Path::new("/proc");
+        match owner.and_then(|p| crate::liveness::PidNamespace::of(proc_root, p)) {
+            Some(ns) => self.snapshot_by(caps, &|pid, start| ns.alive(pid, start)),
+            None => self.snapshot(caps),
+        }
+    }
+
+    /// [`Usage::snapshot`] with the liveness of (pid, start time) decided by `alive`: records
+    /// carry pids of the tenant's pid namespace, which a reader in another namespace (the host,
+    /// for a container) must map itself.
+    pub fn snapshot_by(&self, caps: &[u64], alive: &dyn Fn(u32, u64) -> bool) -> UsageSnapshot {
         let clamp = |d: usize, v: u64| v.min(caps.get(d).copied().unwrap_or(UNCAPPED));
         let used = (0..self.devices)
             .map(|d| clamp(d, protocol::used(self, d)))
@@ -568,7 +590,7 @@ impl Usage {
                 continue;
             }
             let start = self.start_time(rec).load(Acquire);
-            if crate::liveness::liveness(pid, Some(start)) == Liveness::Dead {
+            if !alive(pid, start) {
                 continue;
             }
             processes.push(ProcessUsage {

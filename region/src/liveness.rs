@@ -7,14 +7,7 @@ use std::time::{Duration, Instant};
 /// State letter and start time of `pid`, or `None` if it does not exist.
 /// `Err` when `/proc` could not be read for another reason.
 pub fn stat_of(pid: u32) -> Result<Option<(u8, u64)>, std::io::Error> {
-    let path = format!("/proc/{pid}/stat");
-    let text = match std::fs::read(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    Ok(parse_stat(&text))
+    stat_of_at(std::path::Path::new("/proc"), pid)
 }
 
 /// Parses the state letter (field 3) and start time (field 22) out of a `stat` line. The command
@@ -130,5 +123,83 @@ mod tests {
         assert_eq!(liveness(me, Some(start)), Liveness::Alive);
         assert_eq!(liveness(me, Some(start + 1)), Liveness::Dead);
         assert_eq!(liveness(0, None), Liveness::Dead);
+    }
+}
+
+/// The processes of one pid namespace as its members see them: namespace pid → start time,
+/// read from the host's `/proc` (`NSpid` of `/proc/<pid>/status`, innermost last). Built for
+/// one namespace, named by a member's host pid (a container's init).
+#[derive(Debug, Default, Clone)]
+pub struct PidNamespace {
+    members: std::collections::HashMap<u32, u64>,
+    same_as_reader: bool,
+}
+
+impl PidNamespace {
+    /// The namespace of host process `member`, read from `proc_root` (`/proc`). `None` when
+    /// `member` is gone or its namespace cannot be read.
+    pub fn of(proc_root: &std::path::Path, member: u32) -> Option<PidNamespace> {
+        let ns = std::fs::read_link(proc_root.join(member.to_string()).join("ns/pid")).ok()?;
+        let mine = std::fs::read_link(proc_root.join("self/ns/pid")).ok();
+        if mine.as_ref() == Some(&ns) {
+            return Some(PidNamespace {
+                members: Default::default(),
+                same_as_reader: true,
+            });
+        }
+        let mut members = std::collections::HashMap::new();
+        for e in std::fs::read_dir(proc_root).ok()?.flatten() {
+            let name = e.file_name();
+            let Some(host_pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let dir = e.path();
+            if std::fs::read_link(dir.join("ns/pid")).ok().as_ref() != Some(&ns) {
+                continue;
+            }
+            let Some(inner) = std::fs::read_to_string(dir.join("status"))
+                .ok()
+                .and_then(|t| innermost_nspid(&t))
+            else {
+                continue;
+            };
+            if let Ok(Some((state, start))) = stat_of_at(proc_root, host_pid) {
+                if !matches!(state, b'Z' | b'X' | b'x') {
+                    members.insert(inner, start);
+                }
+            }
+        }
+        Some(PidNamespace {
+            members,
+            same_as_reader: false,
+        })
+    }
+
+    /// Whether the process (`pid` in this namespace, `start` time) is alive.
+    pub fn alive(&self, pid: u32, start: u64) -> bool {
+        if self.same_as_reader {
+            return liveness(pid, Some(start)) != Liveness::Dead;
+        }
+        self.members.get(&pid) == Some(&start)
+    }
+}
+
+/// The last pid of the `NSpid:` line of a `/proc/<pid>/status` text.
+pub fn innermost_nspid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_ascii_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+fn stat_of_at(proc_root: &std::path::Path, pid: u32) -> Result<Option<(u8, u64)>, std::io::Error> {
+    match std::fs::read(proc_root.join(pid.to_string()).join("stat")) {
+        Ok(t) => Ok(parse_stat(&t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(None),
+        Err(e) => Err(e),
     }
 }

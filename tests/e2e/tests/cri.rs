@@ -131,6 +131,49 @@ fn pod_path(series: &str) -> Result<()> {
         live == want,
         "slices while both containers run: {live:?}, expected {want:?} (sandbox {sandbox})"
     );
+    // `gpuslice status` sees each container's process (a pid of the container's namespace)
+    // once the container holds memory.
+    let rows = |view: &serde_json::Value| -> Vec<serde_json::Value> {
+        view["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|d| d["slices"].as_array().cloned().unwrap_or_default())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = gpuslice_e2e::procs::run_ok(
+            std::process::Command::new(paths::product("gpuslice"))
+                .args(["status", "--json"])
+                .envs(arbiter.client_env()),
+            Duration::from_secs(30),
+        )?;
+        let view: serde_json::Value = serde_json::from_str(&status)?;
+        let mine: Vec<serde_json::Value> = rows(&view)
+            .into_iter()
+            .filter(|r| ids.iter().any(|id| r["slice_id"] == id.as_str()))
+            .collect();
+        let holding: Vec<&serde_json::Value> = mine
+            .iter()
+            .filter(|r| r["memory_used"].as_u64().unwrap_or(0) > 0)
+            .collect();
+        if holding.len() == ids.len() {
+            for r in holding {
+                let procs = r["processes"].as_array().map_or(0, Vec::len);
+                ensure!(
+                    procs >= 1,
+                    "gpuslice status shows memory held but no live process (pids of the container's namespace judged on the host?): {r}"
+                );
+            }
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the containers hold no memory after 20 s: {mine:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for id in &ids {
         let edits = cri::gpuslice_edits(&cri::bundle_config(&ctd, K8S_NS, id)?);
         ensure!(
