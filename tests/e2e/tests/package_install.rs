@@ -149,6 +149,11 @@ fn deb_installs_on_a_clean_root_runs_a_slice_and_purges_clean() -> anyhow::Resul
             && out.contains("gpuslice configure containerd --dry-run"),
         "postinst prints the configure commands:\n{out}"
     );
+    // No systemd runs in the root: the script says the arbiter was not started, and how to.
+    assert!(
+        out.contains("the arbiter was NOT started") && out.contains("gpuslice-arbiter >"),
+        "postinst does not say the arbiter is not running without systemd:\n{out}"
+    );
     for p in INSTALLED
         .iter()
         .chain(&["/etc/gpuslice/config.toml", "/usr/sbin/runc"])
