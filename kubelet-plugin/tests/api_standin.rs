@@ -417,7 +417,7 @@ fn standin_api_is_strict_about_what_it_accepts() {
     });
     let err = raw.unwrap_err().to_string();
     assert!(
-        err.contains("unknown field \"spec.devices[0].capcity\""),
+        err.contains(".spec.devices[0].capcity: unknown field"),
         "{err}"
     );
     // The good one; then a stale update, a duplicate create, an immutable field, a 404.

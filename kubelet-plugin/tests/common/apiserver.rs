@@ -10,8 +10,9 @@
 //!   /apis/resource.k8s.io/v1/resourceslices/{name}`
 //!
 //! It is strict: a bearer token is required (401 otherwise); every ResourceSlice sent is
-//! deserialised into `k8s-openapi`'s v1 type (feature v1_36) and serialised back, and a field the
-//! type drops is a 400 (`fieldValidation=Strict`); the object is then checked against the
+//! deserialised into `k8s-openapi`'s v1 type (feature v1_36) and serialised back (the deploy
+//! suite's `strict::check`), and a field the type drops is a 400 (`fieldValidation=Strict`); the
+//! object is then checked against the
 //! documented ResourceSlice validation (`validate::resource_slice`: names, ≤ 128 devices,
 //! attributes, capacity quantities and request policies) and the immutable fields
 //! (`spec.driver`, `spec.nodeName`), 422 when wrong. A PUT or a DELETE precondition with a stale
@@ -31,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+use gpuslice_deploy_tests::strict;
 use gpuslice_kubelet_plugin::validate;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -368,28 +370,6 @@ fn form_pairs(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Records every path where `orig` and `back` differ (a field the type dropped, or changed).
-fn diff(path: &str, orig: &Value, back: &Value, out: &mut Vec<String>) {
-    match (orig, back) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, va) in a {
-                let p = format!("{path}.{k}");
-                match b.get(k) {
-                    None => out.push(format!("unknown field \"{}\"", p.trim_start_matches('.'))),
-                    Some(vb) => diff(&p, va, vb, out),
-                }
-            }
-        }
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
-            for (i, (va, vb)) in a.iter().zip(b).enumerate() {
-                diff(&format!("{path}[{i}]"), va, vb, out);
-            }
-        }
-        _ if orig == back => {}
-        _ => out.push(format!("{path}: {orig} is read back as {back}")),
-    }
-}
-
 /// The body as a ResourceSlice, strictly: JSON, the right apiVersion / kind, the v1 type, no
 /// field the type does not know, valid.
 fn decode(body: &[u8]) -> Result<ResourceSlice, (StatusCode, Value)> {
@@ -401,17 +381,10 @@ fn decode(body: &[u8]) -> Result<ResourceSlice, (StatusCode, Value)> {
             v["apiVersion"], v["kind"]
         )));
     }
-    let typed: ResourceSlice = serde_json::from_value(v.clone())
+    // The deploy suite's strict check: the v1 type's round trip, a dropped field named.
+    let back = strict::check(&v).map_err(|e| bad(format!("strict decoding error: {e}")))?;
+    let typed: ResourceSlice = serde_json::from_value(back)
         .map_err(|e| bad(format!("does not decode as a v1 ResourceSlice: {e}")))?;
-    let back = serde_json::to_value(&typed).unwrap();
-    let mut problems = Vec::new();
-    diff("", &v, &back, &mut problems);
-    if !problems.is_empty() {
-        return Err(bad(format!(
-            "strict decoding error: {}",
-            problems.join(", ")
-        )));
-    }
     let invalid = validate::resource_slice(&typed);
     if !invalid.is_empty() {
         let name = typed.metadata.name.clone().unwrap_or_default();

@@ -150,6 +150,31 @@ impl FromYamlDoc for Value {
     }
 }
 
+/// Renders `dir` (relative to `packaging/kubernetes`) and strictly checks every object;
+/// panics naming the directory and every problem.
+pub fn render_strict(kubectl: &Path, dir: &str) -> Vec<Value> {
+    let objs = render(kubectl, &kubernetes_dir().join(dir)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!objs.is_empty(), "{dir}: nothing rendered");
+    let errors: Vec<String> = objs
+        .iter()
+        .filter_map(|o| strict::check(o).err().map(|e| e.to_string()))
+        .collect();
+    assert!(errors.is_empty(), "{dir}:\n{}", errors.join("\n"));
+    objs
+}
+
+/// A JSON string's text ("" for anything else).
+pub fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
+/// A JSON array's strings (empty for anything else).
+pub fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().map(s).collect())
+        .unwrap_or_default()
+}
+
 /// The objects of `kind` (and `name`, when given).
 pub fn objects<'a>(all: &'a [Value], kind: &str) -> Vec<&'a Value> {
     all.iter().filter(|o| o["kind"] == kind).collect()

@@ -7,9 +7,16 @@
 //! disappears in the round trip, a value of the wrong shape fails deserialisation, and either is
 //! reported with its JSON path.
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -65,6 +72,20 @@ pub fn check(obj: &Value) -> Result<Value, StrictError> {
         ("v1", "Pod") => round_trip::<Pod>(obj),
         ("apps/v1", "DaemonSet") => round_trip::<DaemonSet>(obj),
         ("node.k8s.io/v1", "RuntimeClass") => round_trip::<RuntimeClass>(obj),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(obj),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            round_trip::<ClusterRoleBinding>(obj)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            round_trip::<ValidatingAdmissionPolicy>(obj)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            round_trip::<ValidatingAdmissionPolicyBinding>(obj)
+        }
+        ("resource.k8s.io/v1", "DeviceClass") => round_trip::<DeviceClass>(obj),
+        ("resource.k8s.io/v1", "ResourceClaim") => round_trip::<ResourceClaim>(obj),
+        ("resource.k8s.io/v1", "ResourceClaimTemplate") => round_trip::<ResourceClaimTemplate>(obj),
+        ("resource.k8s.io/v1", "ResourceSlice") => round_trip::<ResourceSlice>(obj),
         _ => {
             return Err(StrictError::UnknownKind {
                 api_version,

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use gpuslice_api::{Config, MemoryRequest, Priority};
-use gpuslice_deploy_tests::{kubectl_or_skip, kubernetes_dir, objects, render, repo_root, strict};
+use gpuslice_deploy_tests::{
+    kubectl_or_skip, kubernetes_dir, objects, render, render_strict, repo_root, s, strs,
+};
 use gpuslice_shim::select::{select, Selection};
 use serde_json::Value;
 
@@ -49,16 +51,6 @@ fn docs() -> String {
         .expect("docs/kubernetes.md exists")
 }
 
-fn s(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
-}
-
-fn strs(v: &Value) -> Vec<&str> {
-    v.as_array()
-        .map(|a| a.iter().map(s).collect())
-        .unwrap_or_default()
-}
-
 fn named<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list.as_array()?.iter().find(|c| c["name"] == name)
 }
@@ -72,18 +64,6 @@ fn env_of(c: &Value) -> BTreeMap<String, String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Renders `dir` (relative to packaging/kubernetes) and strictly checks every object.
-fn render_strict(kubectl: &Path, dir: &str) -> Vec<Value> {
-    let objs = render(kubectl, &kubernetes_dir().join(dir)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!objs.is_empty(), "{dir}: nothing rendered");
-    let errors: Vec<String> = objs
-        .iter()
-        .filter_map(|o| strict::check(o).err().map(|e| e.to_string()))
-        .collect();
-    assert!(errors.is_empty(), "{dir}:\n{}", errors.join("\n"));
-    objs
 }
 
 fn check_rendering(e: &Expect) {
