@@ -101,6 +101,15 @@ const SUITES: &[Suite] = &[
         run: deploy,
     },
     Suite {
+        name: "dra",
+        about: "gpuslice-kubelet-plugin (DRA driver and device plugin): a kubelet stand-in over \
+                the real plugin gRPC APIs on unix sockets, an API stand-in (strict loopback HTTP; \
+                no real API server, kubelet or scheduler runs), published capacities against the \
+                arbiter's admission, claim CDI specs on mknod'ed device nodes (root)",
+        needs_root: false,
+        run: dra,
+    },
+    Suite {
         name: "fuzz",
         about: "cargo-fuzz targets (fuzz/): every target replays its committed corpus once \
                 (installs nightly and cargo-fuzz when missing); long runs: cargo xtask fuzz",
@@ -402,6 +411,11 @@ fn dist_suite() -> Result<()> {
     }
     // The acceptance client from the dist tree, against the dist tree's simulator.
     crate::demo::acceptance(&root)
+}
+
+/// The kubelet plugin's tests (all of them: both modes share the crate).
+fn dra() -> Result<()> {
+    cargo_test(&["gpuslice-kubelet-plugin"], &[])
 }
 
 /// The Kubernetes deployment: fetches kubectl (root only; a non-root run without it is told so
