@@ -326,12 +326,27 @@ pub fn serve(ours: &str) -> Result<(), ProxyError> {
         let _ = writeln!(out, "ready");
         let _ = out.flush();
     }
-    wait_upstream_gone(socket_path(&upstream));
+    let upstream_path = socket_path(&upstream);
+    wait_upstream_gone(upstream_path);
     // Let a forwarded Shutdown answer reach containerd before the socket goes.
     std::thread::sleep(Duration::from_millis(200));
     let _ = std::fs::remove_file(path);
+    // `start` serialises on this lock; the group it guards has ended with runc-v2.
+    let _ = std::fs::remove_file(format!("{path}.lock"));
+    remove_dead_socket(upstream_path);
     log(format_args!("runc v2 shim gone; exiting"));
     Ok(())
+}
+
+/// Removes runc-v2's socket file once nothing listens on it. runc-v2 removes the socket named
+/// in the bundle's `address` file when it shuts down, and that file names us (containerd reads
+/// it back after a restart), so runc-v2's own socket would stay behind.
+fn remove_dead_socket(path: &str) {
+    if let Err(e) = UnixStream::connect(path) {
+        if e.kind() == std::io::ErrorKind::ConnectionRefused {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// Blocks until the runc v2 shim's socket closes an idle connection of ours (its process ended).

@@ -1,5 +1,6 @@
-//! "Nothing left behind": the state directory's listing, the mount table and this test's
-//! descendant processes, taken before and compared after an operation.
+//! "Nothing left behind": the state directory's listing, the mount table, containerd's shim
+//! socket directory and this test's descendant processes, taken before and compared after an
+//! operation.
 
 use crate::procs;
 use crate::scratch::unescape_mount;
@@ -16,7 +17,13 @@ pub struct Snapshot {
     pub mounts: Vec<String>,
     /// Descendant processes as `pid comm`.
     pub procs: Vec<String>,
+    /// Files in containerd's shim socket directory ([`SHIM_SOCKETS`]): every shim's socket
+    /// (and lock) must go with it.
+    pub shim_sockets: Vec<String>,
 }
+
+/// Where containerd's shims (runc's, ours) keep their sockets, for every containerd version.
+pub const SHIM_SOCKETS: &str = "/run/containerd/s";
 
 impl Snapshot {
     /// Take a snapshot; `state_dir` may be absent (then `state` is empty).
@@ -46,10 +53,19 @@ impl Snapshot {
             .into_iter()
             .map(|p| format!("{} {}", p.pid, p.comm))
             .collect();
+        let mut shim_sockets: Vec<String> = std::fs::read_dir(SHIM_SOCKETS)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        shim_sockets.sort();
         Self {
             state,
             mounts,
             procs,
+            shim_sockets,
         }
     }
 
@@ -60,6 +76,7 @@ impl Snapshot {
             ("state directory", &before.state, &self.state),
             ("mount table", &before.mounts, &self.mounts),
             ("processes", &before.procs, &self.procs),
+            ("shim sockets", &before.shim_sockets, &self.shim_sockets),
         ] {
             let (mut gone, new) = multiset_diff(b, a);
             if what == "processes" {
