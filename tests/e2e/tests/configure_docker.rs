@@ -2,7 +2,9 @@
 //! dockerd 20.10 and 26 (each on its distribution's containerd): every key the user had is kept
 //! as it was, dockerd starts from the result and shows it (`docker info`: the user's logging
 //! driver and runtime beside `gpuslice`), a container through `--runtime gpuslice` sees and is
-//! held to a 1 GiB slice, and `gpuslice doctor`'s `docker-daemon` row is OK.
+//! held to a 1 GiB slice. `gpuslice doctor`'s `docker-daemon` row: FAIL while the dockerd
+//! started before `configure` runs (it has not loaded the runtime), OK after the restart, FAIL
+//! "not running" once it is stopped.
 
 use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::arbiter::Arbiter;
@@ -10,10 +12,11 @@ use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::docker::{self, Dockerd};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
-use gpuslice_e2e::paths;
+use gpuslice_e2e::paths::{self, DockerBins};
 use gpuslice_e2e::procs::run_ok;
 use gpuslice_e2e::suite::{assert_one_gib_slice, info_and_fill, stdout_ok, Node};
 use serde_json::{json, Value};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -62,6 +65,8 @@ fn configured(major: &str, ctd_series: &str) -> Result<()> {
     let cfg = dir.join("daemon.json");
     let before = users_daemon_json();
     std::fs::write(&cfg, serde_json::to_vec_pretty(&before)?)?;
+    // dockerd as it ran before gpuslice; configured afterwards but not restarted.
+    let stale = Dockerd::start_from_file(&d, &ctd, &dir, &cfg, &env)?;
     let out = run_ok(
         Command::new(paths::product("gpuslice"))
             .args(["configure", "docker", "--file"])
@@ -86,6 +91,12 @@ fn configured(major: &str, ctd_series: &str) -> Result<()> {
         "no gpuslice runtime: {after}"
     );
 
+    let (status, row) = doctor_row(&d, &cfg, &stale.sock, &env)?;
+    ensure!(
+        status == "FAIL" && row.contains("not `gpuslice`"),
+        "dockerd not restarted since configure: {row}"
+    );
+    drop(stale);
     let dk = Dockerd::start_from_file(&d, &ctd, &dir, &cfg, &env)?;
     let info = |f: &str| -> Result<String> {
         run_ok(
@@ -117,12 +128,45 @@ fn configured(major: &str, ctd_series: &str) -> Result<()> {
     println!("docker {major} configured by gpuslice:\n{out}");
     assert_one_gib_slice(&out)?;
 
+    let (status, row) = doctor_row(&d, &cfg, &dk.sock, &env)?;
+    ensure!(
+        status == "OK" && row.contains("lists the `gpuslice` runtime"),
+        "{row}"
+    );
+    let sock = dk.sock.clone();
+    drop(dk);
+    let (status, row) = doctor_row(&d, &cfg, &sock, &env)?;
+    ensure!(
+        status == "FAIL" && row.contains("not running"),
+        "dockerd stopped: {row}"
+    );
+    Ok(())
+}
+
+#[test]
+fn configure_docker_20_keeps_the_users_keys() -> Result<()> {
+    configured("20", "1.6")
+}
+
+#[test]
+fn configure_docker_26_keeps_the_users_keys() -> Result<()> {
+    configured("26", "1.7")
+}
+
+/// `gpuslice doctor`'s `docker-daemon` row for this dockerd: (status, whole row).
+fn doctor_row(
+    d: &DockerBins,
+    cfg: &Path,
+    sock: &Path,
+    env: &[(String, String)],
+) -> Result<(String, String)> {
+    let dir = cfg.parent().context("daemon.json's directory")?;
     let doc = Command::new(paths::product("gpuslice"))
         .arg("doctor")
         .arg("--docker-config")
-        .arg(&cfg)
+        .arg(cfg)
         .arg("--docker-socket")
-        .arg(&dk.sock)
+        .arg(sock)
         .arg("--containerd-config")
         .arg(dir.join("absent-containerd.toml"))
         .arg("--crio-dir")
@@ -140,20 +184,8 @@ fn configured(major: &str, ctd_series: &str) -> Result<()> {
     let row = text
         .lines()
         .find(|l| l.split_whitespace().next() == Some("docker-daemon"))
-        .with_context(|| format!("no docker-daemon row:\n{text}"))?;
-    ensure!(
-        row.split_whitespace().nth(1) == Some("OK") && row.contains("lists the `gpuslice` runtime"),
-        "{row}\n{text}"
-    );
-    Ok(())
-}
-
-#[test]
-fn configure_docker_20_keeps_the_users_keys() -> Result<()> {
-    configured("20", "1.6")
-}
-
-#[test]
-fn configure_docker_26_keeps_the_users_keys() -> Result<()> {
-    configured("26", "1.7")
+        .with_context(|| format!("no docker-daemon row:\n{text}"))?
+        .to_string();
+    let status = row.split_whitespace().nth(1).unwrap_or("").to_string();
+    Ok((status, row))
 }
