@@ -38,6 +38,8 @@ struct State {
 pub(crate) struct Event {
     /// `CU_EVENT_*` flags.
     pub(crate) flags: c_uint,
+    /// The device of the context it was created in (its synchronization is that device's).
+    pub(crate) device: CUdevice,
     st: Mutex<State>,
     cv: Condvar,
 }
@@ -108,7 +110,7 @@ pub(crate) fn lookup(h: CUevent) -> Result<Arc<Event>, CUresult> {
 }
 
 fn create(ph: *mut CUevent, flags: c_uint) -> Result<(), CUresult> {
-    context::current()?;
+    let device = context::current()?.device;
     if ph.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -121,6 +123,7 @@ fn create(ph: *mut CUevent, flags: c_uint) -> Result<(), CUresult> {
     let handle = EVENT_HANDLE_BASE + NEXT.fetch_add(1, Ordering::Relaxed) as usize * 0x40;
     let ev = Arc::new(Event {
         flags,
+        device,
         st: Mutex::new(State::default()),
         cv: Condvar::new(),
     });
@@ -206,6 +209,8 @@ pub unsafe extern "C" fn cuEventSynchronize(ev: CUevent) -> CUresult {
         Ok(e) => {
             let gen = e.issued_gen();
             e.wait_gen(gen);
+            // A synchronization point: pools give back what exceeds their threshold.
+            crate::pool::on_synchronize(e.device);
             CUDA_SUCCESS
         }
         Err(r) => r,

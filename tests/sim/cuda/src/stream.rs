@@ -608,6 +608,8 @@ fn synchronize(h: CUstream, ptds: bool) -> Result<(), CUresult> {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
     s.synchronize();
+    // A synchronization point: pools give back what exceeds their threshold.
+    crate::pool::on_synchronize(s.ctx.device);
     Ok(())
 }
 

@@ -355,3 +355,54 @@ fn vmm_charges_physical_memory_once() {
         assert_eq!(used(info), 0);
     }
 }
+
+/// Every synchronization point releases what a pool holds above its threshold, as the real
+/// driver does: `cuStreamSynchronize` and `cuEventSynchronize`, not only `cuCtxSynchronize`.
+#[test]
+fn stream_and_event_synchronize_release_pool_memory() {
+    if in_child("stream_and_event_synchronize_release_pool_memory", ENV) {
+        return;
+    }
+    let lib = Lib::open();
+    let info = setup(&lib);
+    // SAFETY: symbols with their C signatures; out-pointers are live locals; the stream and
+    // event are created here and used only while alive.
+    unsafe {
+        let alloc: unsafe extern "C" fn(*mut u64, usize, *mut u8) -> u32 =
+            lib.sym("cuMemAllocAsync");
+        let free: unsafe extern "C" fn(u64, *mut u8) -> u32 = lib.sym("cuMemFreeAsync");
+        let stream_create: unsafe extern "C" fn(*mut *mut u8, c_uint) -> u32 =
+            lib.sym("cuStreamCreate");
+        let stream_sync: unsafe extern "C" fn(*mut u8) -> u32 = lib.sym("cuStreamSynchronize");
+        let event_create: unsafe extern "C" fn(*mut *mut u8, c_uint) -> u32 =
+            lib.sym("cuEventCreate");
+        let event_record: unsafe extern "C" fn(*mut u8, *mut u8) -> u32 = lib.sym("cuEventRecord");
+        let event_sync: unsafe extern "C" fn(*mut u8) -> u32 = lib.sym("cuEventSynchronize");
+        let mut s: *mut u8 = std::ptr::null_mut();
+        assert_eq!(stream_create(&mut s, 0), SUCCESS);
+
+        let mut p = 0u64;
+        assert_eq!(alloc(&mut p, (8 * MI) as usize, s), SUCCESS);
+        assert!(used(info) >= 8 * MI);
+        assert_eq!(free(p, s), SUCCESS);
+        assert_eq!(stream_sync(s), SUCCESS);
+        assert_eq!(
+            used(info),
+            0,
+            "cuStreamSynchronize releases the pool's memory"
+        );
+
+        let mut e: *mut u8 = std::ptr::null_mut();
+        assert_eq!(event_create(&mut e, 0), SUCCESS);
+        assert_eq!(alloc(&mut p, (8 * MI) as usize, s), SUCCESS);
+        assert!(used(info) >= 8 * MI);
+        assert_eq!(free(p, s), SUCCESS);
+        assert_eq!(event_record(e, s), SUCCESS);
+        assert_eq!(event_sync(e), SUCCESS);
+        assert_eq!(
+            used(info),
+            0,
+            "cuEventSynchronize releases the pool's memory"
+        );
+    }
+}
