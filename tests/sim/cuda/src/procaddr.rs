@@ -1,54 +1,64 @@
 //! `cuGetProcAddress` / `cuGetProcAddress_v2` and `cuGetExportTable`.
 //!
 //! The symbol and version rule is the shared table of `gpuslice_cuda_abi::procaddr`. The export
-//! name it yields is turned into a pointer with `dlsym` on this library's own handle (found with
-//! `dladdr` on one of its functions and `dlopen(RTLD_NOLOAD)`), which returns this library's
-//! definition even when an interposer preloaded before it defines the same name: exactly like the
-//! real driver, which hands out its internal pointers, a preloaded interposer is bypassed unless
-//! it wraps `cuGetProcAddress` itself. A variant the table knows but the simulator does not
-//! implement answers `CUDA_ERROR_NOT_FOUND` with `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`.
+//! name it yields is turned into a pointer from this library's own dynamic symbol table (its
+//! ELF file, found with `dladdr` on one of its private functions, read once; addresses are the
+//! load base plus the symbol's value), never with `dlsym`: a preloaded interposer overrides
+//! `dlsym`, and a simulator that went through it could hide a broken `cuGetProcAddress`
+//! wrapping. Exactly like the real driver, which hands out its internal pointers, a preloaded
+//! interposer is bypassed unless it wraps `cuGetProcAddress` itself. A variant the table knows
+//! but the simulator does not implement answers `CUDA_ERROR_NOT_FOUND` with
+//! `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`.
 //!
 //! `cuGetExportTable` (NVIDIA's private tables for the runtime) is not simulated:
 //! `CUDA_ERROR_NOT_FOUND`, so clients must use the public API.
 
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use gpuslice_cuda_abi::procaddr::*;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::CUuuid;
 
-/// This library's own `dlopen` handle (as an integer so it can live in a static).
-fn own_handle() -> Option<usize> {
-    static H: OnceLock<Option<usize>> = OnceLock::new();
-    *H.get_or_init(|| {
-        let mut info = libc::Dl_info {
-            dli_fname: std::ptr::null(),
-            dli_fbase: std::ptr::null_mut(),
-            dli_sname: std::ptr::null(),
-            dli_saddr: std::ptr::null_mut(),
-        };
-        // A private function: the address of an exported one may resolve (through the GOT) to
-        // an interposer's definition of the same name when one is preloaded.
-        let me = own_handle as *const c_void;
-        // SAFETY: `me` is an address inside this library; `info` is a valid out-struct.
-        if unsafe { libc::dladdr(me, &mut info) } == 0 || info.dli_fname.is_null() {
-            return None;
-        }
-        // SAFETY: `dli_fname` is the NUL-terminated path of the already-loaded library;
-        // RTLD_NOLOAD only returns a handle (with a reference) to it, never loads anything.
-        let h = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-        (!h.is_null()).then_some(h as usize)
-    })
+/// This library's exported functions: name → address in this process, from its own ELF
+/// dynamic symbol table (see the module comment). Empty if the file cannot be read.
+fn own_exports() -> &'static HashMap<String, usize> {
+    static T: OnceLock<HashMap<String, usize>> = OnceLock::new();
+    T.get_or_init(|| read_own_exports().unwrap_or_default())
+}
+
+fn read_own_exports() -> Option<HashMap<String, usize>> {
+    use object::{Object, ObjectSymbol};
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // A private function: the address of an exported one may resolve (through the GOT) to an
+    // interposer's definition of the same name when one is preloaded.
+    let me = read_own_exports as *const c_void;
+    // SAFETY: `me` is an address inside this library; `info` is a valid out-struct.
+    if unsafe { libc::dladdr(me, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: `dli_fname` is the NUL-terminated path of this loaded library.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?;
+    let bytes = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*bytes).ok()?;
+    let base = info.dli_fbase as usize;
+    Some(
+        file.dynamic_symbols()
+            .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text)
+            .filter_map(|s| Some((s.name().ok()?.to_string(), base + s.address() as usize)))
+            .collect(),
+    )
 }
 
 /// The address of this library's definition of `export`.
 fn own_symbol(export: &str) -> Option<*mut c_void> {
-    let h = own_handle()?;
-    let name = CString::new(export).ok()?;
-    // SAFETY: `h` is a live handle of this library; `name` is NUL-terminated.
-    let p = unsafe { libc::dlsym(h as *mut c_void, name.as_ptr()) };
-    (!p.is_null()).then_some(p)
+    own_exports().get(export).map(|&a| a as *mut c_void)
 }
 
 fn lookup(
