@@ -6,7 +6,8 @@
 //! spec's mounts, at [`DRIVER_LIB_DIR`]).
 
 use crate::arbiter::Arbiter;
-use crate::paths;
+use crate::containerd::{Containerd, Options};
+use crate::paths::{self, ContainerdBins};
 use crate::podman::{fake_driver, DRIVER_LIB_DIR};
 use crate::procs::run_ok;
 use crate::sim::{Bind, CONTAINER_STATE_DIR, DEVICES};
@@ -108,4 +109,44 @@ pub fn slices(arbiter: &Arbiter) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// `enable_cdi = true` and `cdi_spec_dirs = [spec_dir]` in the CRI table of containerd 1.x
+/// (`io.containerd.grpc.v1.cri`) or 2.x (`io.containerd.cri.v1.runtime`).
+pub fn with_cdi(text: String, major: u32, spec_dir: &std::path::Path) -> String {
+    let table = if major >= 2 {
+        "[plugins.'io.containerd.cri.v1.runtime']\n"
+    } else {
+        "[plugins.\"io.containerd.grpc.v1.cri\"]\n"
+    };
+    let keys = format!(
+        "{table}  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n",
+        spec_dir.display()
+    );
+    text.replacen(table, &keys, 1)
+}
+
+/// A private containerd of `bins` (no gpuslice runtime class) reaching `arbiter`, with CDI on
+/// and `spec`'s directory as its only CDI spec directory.
+pub fn containerd(
+    bins: &ContainerdBins,
+    node: &Node,
+    arbiter: &Arbiter,
+    spec: &CdiSpec,
+) -> Result<Containerd> {
+    let ctd = Containerd::start_with_config(
+        bins,
+        &node.scratch,
+        &Options {
+            gpuslice_runtime: None,
+            env: arbiter.client_env(),
+        },
+        &|text, _| with_cdi(text, bins.major(), &spec.dir),
+    )?;
+    let cfg = std::fs::read_to_string(ctd.dir.join("config.toml"))?;
+    ensure!(
+        cfg.contains("enable_cdi = true"),
+        "CDI not enabled in:\n{cfg}"
+    );
+    Ok(ctd)
 }

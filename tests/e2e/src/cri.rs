@@ -171,9 +171,26 @@ impl Cri {
         pod: &PodSpec,
         c: &ContainerSpec,
     ) -> Result<String> {
+        self.create_container_with_cdi(pod_id, pod, c, &[])
+    }
+
+    /// [`Cri::create_container`] with CDI devices in `ContainerConfig.CDI_devices` (field 17,
+    /// `CDIDevice.name` = 1; containerd ≥ 1.7.2), as kubelet passes the ids a DRA driver's
+    /// `NodePrepareResources` returned.
+    pub fn create_container_with_cdi(
+        &self,
+        pod_id: &str,
+        pod: &PodSpec,
+        c: &ContainerSpec,
+        cdi_devices: &[&str],
+    ) -> Result<String> {
+        let mut config = c.config();
+        for d in cdi_devices {
+            config = config.msg(17, Msg::new().str(1, d));
+        }
         let req = Msg::new()
             .str(1, pod_id)
-            .msg(2, c.config())
+            .msg(2, config)
             .msg(3, pod.config());
         let r = self.call("RuntimeService/CreateContainer", &req)?;
         Ok(proto::get_str(&r, 1))
@@ -230,6 +247,28 @@ pub struct PodGuard<'a> {
     pub cri: &'a Cri,
     /// The sandbox id.
     pub id: String,
+}
+
+impl Cri {
+    /// `RunPodSandbox` of a host-network Pod `name` (uid unique to this process, no
+    /// annotations) for runtime handler `handler`, logging to `log_dir`; the Pod and a guard
+    /// that removes it.
+    pub fn start_pod(
+        &self,
+        name: &str,
+        handler: &str,
+        log_dir: &Path,
+    ) -> Result<(PodSpec, PodGuard<'_>)> {
+        let pod = PodSpec {
+            name: name.into(),
+            uid: format!("uid-{name}-{}", std::process::id()),
+            annotations: vec![],
+            log_dir: log_dir.to_path_buf(),
+            handler: handler.into(),
+        };
+        let id = self.run_pod(&pod)?;
+        Ok((pod, PodGuard { cri: self, id }))
+    }
 }
 
 impl PodGuard<'_> {

@@ -88,29 +88,35 @@ pub fn assert_whole_device(out: &str) -> Result<()> {
 /// `info` + `fill` output of a container with a 1 GiB slice: every query reports 1 GiB and
 /// allocation stops with OOM at exactly 1 GiB.
 pub fn assert_one_gib_slice(out: &str) -> Result<()> {
+    assert_capped_slice(out, GIB)
+}
+
+/// `info` + `fill` output of a container with a slice capped at `cap` bytes (a multiple of the
+/// 256 MiB chunk): every query reports `cap` and allocation stops with OOM at exactly `cap`.
+pub fn assert_capped_slice(out: &str, cap: u64) -> Result<()> {
     let (info, fill) = out
         .split_once("---")
         .context("no --- separator in output")?;
     ensure!(
-        workload::get_u64(info, "total_mem") == Some(GIB),
-        "cuDeviceTotalMem: expected {GIB}:\n{out}"
+        workload::get_u64(info, "total_mem") == Some(cap),
+        "cuDeviceTotalMem: expected {cap}:\n{out}"
     );
     ensure!(
-        workload::get_u64(info, "meminfo_total") == Some(GIB),
-        "cuMemGetInfo total: expected {GIB}:\n{out}"
+        workload::get_u64(info, "meminfo_total") == Some(cap),
+        "cuMemGetInfo total: expected {cap}:\n{out}"
     );
     let nvml = workload::line_with(info, "nvml_device");
     ensure!(
-        nvml.get("total").and_then(|v| v.parse::<u64>().ok()) == Some(GIB),
-        "NVML total: expected {GIB}:\n{out}"
+        nvml.get("total").and_then(|v| v.parse::<u64>().ok()) == Some(cap),
+        "NVML total: expected {cap}:\n{out}"
     );
     ensure!(
         workload::get(fill, "refusal").as_deref() == Some("CUDA_ERROR_OUT_OF_MEMORY"),
         "fill did not end in CUDA_ERROR_OUT_OF_MEMORY:\n{out}"
     );
     ensure!(
-        workload::get_u64(fill, "bytes") == Some(GIB),
-        "fill with 256Mi chunks must stop at exactly {GIB} bytes:\n{out}"
+        workload::get_u64(fill, "bytes") == Some(cap),
+        "fill with 256Mi chunks must stop at exactly {cap} bytes:\n{out}"
     );
     Ok(())
 }

@@ -14,12 +14,10 @@
 use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::cdi;
-use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::cri::{self, ContainerSpec, Cri, PodGuard, PodSpec, K8S_NS};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::WORKLOAD;
 use gpuslice_e2e::paths;
-use gpuslice_e2e::proto::{self, Msg};
 use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{assert_one_gib_slice, Node};
 use std::time::Duration;
@@ -50,34 +48,6 @@ fn container(node: &Node, name: &str, annotations: Vec<(String, String)>) -> Con
     }
 }
 
-/// `CreateContainer` with `ContainerConfig.CDI_devices` (field 17, `CDIDevice.name` = 1) added
-/// to the config `c` encodes.
-fn create_with_cdi_field(
-    client: &Cri,
-    sandbox: &str,
-    pod: &PodSpec,
-    c: &ContainerSpec,
-    device: &str,
-) -> Result<String> {
-    let config = c.config().msg(17, Msg::new().str(1, device));
-    let req = Msg::new()
-        .str(1, sandbox)
-        .msg(2, config)
-        .msg(3, pod.config());
-    let r = client.call("RuntimeService/CreateContainer", &req)?;
-    Ok(proto::get_str(&r, 1))
-}
-
-/// `enable_cdi` and `cdi_spec_dirs` in containerd 1.x's CRI table.
-fn with_cdi(text: String, spec_dir: &std::path::Path) -> String {
-    let table = "[plugins.\"io.containerd.grpc.v1.cri\"]\n";
-    let keys = format!(
-        "{table}  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n",
-        spec_dir.display()
-    );
-    text.replacen(table, &keys, 1)
-}
-
 #[test]
 fn cri_1_7_cdi_devices_enforce_the_cap() -> Result<()> {
     let bins = paths::containerd(SERIES);
@@ -98,21 +68,7 @@ fn cri_1_7_cdi_devices_enforce_the_cap() -> Result<()> {
     let node = Node::new("ccdi")?;
     let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
     let spec = cdi::generate(&node, &arbiter)?;
-    let spec_dir = spec.dir.clone();
-    let ctd = Containerd::start_with_config(
-        &bins,
-        &node.scratch,
-        &Options {
-            gpuslice_runtime: None,
-            env: arbiter.client_env(),
-        },
-        &|text, _| with_cdi(text, &spec_dir),
-    )?;
-    let cfg = std::fs::read_to_string(ctd.dir.join("config.toml"))?;
-    ensure!(
-        cfg.contains("enable_cdi = true"),
-        "CDI not enabled in:\n{cfg}"
-    );
+    let ctd = cdi::containerd(&bins, &node, &arbiter, &spec)?;
     cri::import_cri_image(&ctd, &node.image, &node.scratch.dir("cri-image")?)?;
     let client = Cri::new(&ctd.sock)?;
     println!("CRI: {}", client.version()?);
@@ -146,7 +102,8 @@ fn cri_1_7_cdi_devices_enforce_the_cap() -> Result<()> {
         vec![("cdi.k8s.io/gpuslice".into(), cdi::DEVICE.into())],
     );
     let mut ids = Vec::new();
-    let id = create_with_cdi_field(&client, &sandbox, &pod, &by_field, cdi::DEVICE)
+    let id = client
+        .create_container_with_cdi(&sandbox, &pod, &by_field, &[cdi::DEVICE])
         .with_context(|| format!("CreateContainer by-field; log:\n{}", ctd.log_tail(30)))?;
     ids.push(id);
     let id = client
