@@ -542,3 +542,121 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(
         }
     })
 }
+
+/// `nvmlDeviceGetClockInfo`: current clock in MHz, per `nvmlClockType_t` (graphics, SM, memory,
+/// video). Graphics and SM clocks idle down when the engine has nothing to run, as on a GPU.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
+    dev: nvmlDevice_t,
+    kind: c_uint,
+    clock: *mut c_uint,
+) -> nvmlReturn_t {
+    with(dev, |n, i, _| {
+        let busy = n.utilization(i) > 0;
+        let mhz = match kind {
+            NVML_CLOCK_GRAPHICS | NVML_CLOCK_SM => {
+                if busy {
+                    1755
+                } else {
+                    345
+                }
+            }
+            NVML_CLOCK_MEM => 2619,
+            NVML_CLOCK_VIDEO => 1545,
+            _ => return Err(NVML_ERROR_INVALID_ARGUMENT),
+        };
+        // SAFETY: nvml.h contract: `clock` is null or valid.
+        unsafe { put(clock, mhz) }
+    })
+}
+
+/// The video decoder's or encoder's utilisation: the simulator runs no video, so 0 % over
+/// NVML's usual 167 ms sampling period.
+fn codec_utilization(
+    dev: nvmlDevice_t,
+    utilization: *mut c_uint,
+    period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    with(dev, |_, _, _| {
+        if utilization.is_null() || period_us.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: both non-null; nvml.h contract.
+        unsafe {
+            put(utilization, 0)?;
+            put(period_us, 167_000)
+        }
+    })
+}
+
+/// `nvmlDeviceGetDecoderUtilization`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
+    dev: nvmlDevice_t,
+    utilization: *mut c_uint,
+    period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    codec_utilization(dev, utilization, period_us)
+}
+
+/// `nvmlDeviceGetEncoderUtilization`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
+    dev: nvmlDevice_t,
+    utilization: *mut c_uint,
+    period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    codec_utilization(dev, utilization, period_us)
+}
+
+/// `nvmlDeviceGetDriverModel`: Windows only (WDDM / TCC); on Linux the driver answers
+/// `NVML_ERROR_NOT_SUPPORTED` for a valid device.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDriverModel(
+    dev: nvmlDevice_t,
+    _current: *mut c_uint,
+    _pending: *mut c_uint,
+) -> nvmlReturn_t {
+    with(dev, |_, _, _| Err(NVML_ERROR_NOT_SUPPORTED))
+}
+
+/// `nvmlDeviceGetFanSpeed`: data-centre GPUs are passively cooled and have no fan to report
+/// (`nvidia-smi` shows `N/A`): `NVML_ERROR_NOT_SUPPORTED` for a valid device.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetFanSpeed(
+    dev: nvmlDevice_t,
+    _speed: *mut c_uint,
+) -> nvmlReturn_t {
+    with(dev, |_, _, _| Err(NVML_ERROR_NOT_SUPPORTED))
+}
+
+/// `nvmlDeviceGetTotalEccErrors`: ECC is on (`nvmlDeviceGetEccMode`) and the simulated memory
+/// never errs: 0 for corrected / uncorrected, volatile / aggregate counters.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    dev: nvmlDevice_t,
+    error_type: c_uint,
+    counter_type: c_uint,
+    count: *mut u64,
+) -> nvmlReturn_t {
+    with(dev, |_, _, _| {
+        if error_type > NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+            || counter_type > NVML_AGGREGATE_ECC
+            || count.is_null()
+        {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: non-null; nvml.h contract.
+        unsafe { put(count, 0u64) }
+    })
+}
+
+/// `nvmlDeviceGetFanSpeed_v2` (one fan by index): not supported either, for the same reason.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(
+    dev: nvmlDevice_t,
+    _fan: c_uint,
+    _speed: *mut c_uint,
+) -> nvmlReturn_t {
+    with(dev, |_, _, _| Err(NVML_ERROR_NOT_SUPPORTED))
+}

@@ -99,6 +99,15 @@ pub type nvmlDevice_t = *const nvmlDevice_st;
 
 pub const NVML_BRAND_NVIDIA: c_uint = 14;
 pub const NVML_TEMPERATURE_GPU: c_uint = 0;
+/// `nvmlClockType_t`.
+pub const NVML_CLOCK_GRAPHICS: c_uint = 0;
+pub const NVML_CLOCK_SM: c_uint = 1;
+pub const NVML_CLOCK_MEM: c_uint = 2;
+pub const NVML_CLOCK_VIDEO: c_uint = 3;
+/// `nvmlMemoryErrorType_t` (corrected 0, uncorrected 1) and `nvmlEccCounterType_t` (volatile 0,
+/// aggregate 1).
+pub const NVML_MEMORY_ERROR_TYPE_UNCORRECTED: c_uint = 1;
+pub const NVML_AGGREGATE_ECC: c_uint = 1;
 pub const NVML_DEVICE_ARCH_VOLTA: c_uint = 5;
 pub const NVML_DEVICE_ARCH_TURING: c_uint = 6;
 pub const NVML_DEVICE_ARCH_AMPERE: c_uint = 7;

@@ -182,3 +182,32 @@ fn utilization_follows_the_engine() {
     let later = d1.process_utilization_stats(s.timestamp + 1);
     assert!(later.is_err() || later.unwrap().iter().all(|x| x.timestamp > s.timestamp));
 }
+
+/// What monitoring tools ask besides memory and processes: clocks, codec utilisation, ECC
+/// counters answer; fan speed and the (Windows-only) driver model say "not supported", as on a
+/// passively cooled Linux data-centre GPU, instead of being missing symbols.
+#[test]
+fn monitoring_queries_answer_like_a_data_centre_gpu() {
+    use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
+    use nvml_wrapper::error::NvmlError;
+    let nvml = nvml();
+    let d = nvml.device_by_index(0).expect("device 0");
+    for c in [Clock::Graphics, Clock::SM, Clock::Memory, Clock::Video] {
+        let mhz = d.clock_info(c).expect("clock_info");
+        assert!((300..=3000).contains(&mhz), "{c:?}: {mhz} MHz");
+    }
+    let dec = d.decoder_utilization().expect("decoder utilization");
+    let enc = d.encoder_utilization().expect("encoder utilization");
+    assert_eq!((dec.utilization, enc.utilization), (0, 0));
+    assert!(dec.sampling_period > 0 && enc.sampling_period > 0);
+    for e in [MemoryError::Corrected, MemoryError::Uncorrected] {
+        for k in [EccCounter::Volatile, EccCounter::Aggregate] {
+            assert_eq!(d.total_ecc_errors(e, k).expect("ecc errors"), 0);
+        }
+    }
+    assert!(
+        matches!(d.fan_speed(0), Err(NvmlError::NotSupported)),
+        "{:?}",
+        d.fan_speed(0)
+    );
+}
