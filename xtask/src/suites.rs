@@ -413,8 +413,10 @@ fn dist_suite() -> Result<()> {
     crate::demo::acceptance(&root)
 }
 
-/// The kubelet plugin's tests (all of them: both modes share the crate).
+/// The kubelet plugin's tests (all of them: both modes share the crate). The binary's test
+/// runs it on the simulated NVML.
 fn dra() -> Result<()> {
+    build_sim()?;
     cargo_test(&["gpuslice-kubelet-plugin"], &[])
 }
 
