@@ -16,6 +16,7 @@ use gpuslice_kubelet_plugin::capacity::{PublishPolicy, DEFAULT_SLICES_PER_GPU};
 use gpuslice_kubelet_plugin::cdi::CdiDir;
 use gpuslice_kubelet_plugin::checkpoint;
 use gpuslice_kubelet_plugin::claim::{ClaimSource, DirClaims};
+use gpuslice_kubelet_plugin::deviceplugin;
 use gpuslice_kubelet_plugin::driver::{Driver, Parts};
 use gpuslice_kubelet_plugin::gpu::GpuSource;
 use gpuslice_kubelet_plugin::nvml::NvmlGpus;
@@ -29,6 +30,8 @@ use gpuslice_shim::Settings;
 enum Mode {
     /// Kubernetes Dynamic Resource Allocation driver `gpuslice.io`.
     Dra,
+    /// Kubernetes device plugin of the extended resource `gpuslice.io/gpu-memory`.
+    DevicePlugin,
 }
 
 #[derive(Parser, Debug)]
@@ -41,6 +44,8 @@ struct Cli {
     /// Which plugin to run.
     #[arg(long, value_enum, default_value = "dra")]
     mode: Mode,
+    #[command(flatten)]
+    device_plugin: deviceplugin::run::Args,
     /// State directory (arbiter.sock).
     #[arg(long, env = "GPUSLICE_STATE_DIR")]
     state_dir: Option<PathBuf>,
@@ -112,7 +117,6 @@ fn main() -> Result<()> {
         )
         .init();
     let cli = Cli::parse();
-    let Mode::Dra = cli.mode;
     // Paths and configuration resolved the way every gpuslice binary does.
     let settings = Settings::load(cli.config.clone(), cli.state_dir.clone())?;
     let config = &settings.config;
@@ -124,6 +128,18 @@ fn main() -> Result<()> {
     let publish = PublishPolicy {
         slices_per_gpu: cli.slices_per_gpu,
     };
+    if cli.mode == Mode::DevicePlugin {
+        return deviceplugin::run::run(
+            &cli.device_plugin,
+            deviceplugin::run::Node {
+                gpus,
+                policy,
+                publish,
+                state_dir: settings.state_dir.clone(),
+                arbiter_timeout: Duration::from_secs(cli.arbiter_timeout.max(1)),
+            },
+        );
+    }
     if cli.print_resource_slices {
         let slices = resource_slices(&cli.node_name, &gpus.gpus()?, &policy, &publish, 0);
         for s in &slices {
@@ -135,6 +151,8 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&slices)?);
         return Ok(());
     }
+    let _mode_lock =
+        deviceplugin::exclusive::acquire(&settings.state_dir, "dra").map_err(anyhow::Error::msg)?;
     let interposer = absolute(&settings.interposer);
     let options = gpuslice_cdi::Options {
         driver_root: cli.driver_root.clone(),

@@ -26,6 +26,8 @@ pub struct ModeLock {
 /// `mode pid` into it; an error naming the holder when another plugin runs.
 pub fn acquire(state_dir: &Path, mode: &str) -> Result<ModeLock, String> {
     let path = state_dir.join(FILE);
+    std::fs::create_dir_all(state_dir)
+        .map_err(|e| format!("creating {}: {e}", state_dir.display()))?;
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -19,6 +19,7 @@
 
 pub mod exclusive;
 pub mod place;
+pub mod run;
 pub mod serve;
 pub mod service;
 pub mod units;

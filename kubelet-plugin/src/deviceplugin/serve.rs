@@ -114,11 +114,13 @@ pub async fn serve(
             round += 1;
             let listener = listen(&sock).with_context(|| format!("binding {}", sock.display()))?;
             let (srv_stop, srv_rx) = tokio::sync::oneshot::channel::<()>();
+            let (streams_stop, streams_rx) = watch::channel(false);
             let server = tokio::spawn(
                 Server::builder()
                     .add_service(api::device_plugin_server::DevicePluginServer::new(
                         Service {
                             plugin: plugin.clone(),
+                            stop: streams_rx,
                         },
                     ))
                     .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
@@ -128,9 +130,15 @@ pub async fn serve(
             tracing::info!(socket = %sock.display(), "serving {RESOURCE}");
             let mut said = String::new();
             let registered = loop {
+                if !sock.exists() {
+                    // kubelet, starting, emptied its directory after the socket was bound.
+                    tracing::info!("{} was removed: binding it again", sock.display());
+                    break None;
+                }
                 match register(&kubelet).await {
                     Ok(id) => break Some(id),
                     Err(RegisterError::Refused(e)) => {
+                        let _ = streams_stop.send(true);
                         let _ = srv_stop.send(());
                         let _ = server.await;
                         bail!("kubelet refused the registration of {RESOURCE}: {e}");
@@ -148,6 +156,7 @@ pub async fn serve(
                     _ = tokio::time::sleep(poll) => {}
                 }
             };
+            // `None`: stopping, or the socket must be bound again (the `while` decides).
             if let Some(id) = registered {
                 tracing::info!(
                     kubelet = %kubelet.display(),
@@ -170,6 +179,7 @@ pub async fn serve(
                     }
                 }
             }
+            let _ = streams_stop.send(true);
             let _ = srv_stop.send(());
             server
                 .await

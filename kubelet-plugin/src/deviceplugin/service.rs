@@ -169,6 +169,9 @@ pub fn devices(units: &[GpuUnits]) -> Vec<api::Device> {
 pub struct Service {
     /// The plugin.
     pub plugin: Arc<Plugin>,
+    /// Set when this server stops: its `ListAndWatch` streams end (a graceful shutdown waits
+    /// for them, and kubelet keeps them open for ever).
+    pub stop: watch::Receiver<bool>,
 }
 
 type DeviceStream = Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
@@ -190,6 +193,7 @@ impl api::device_plugin_server::DevicePlugin for Service {
     ) -> Result<GrpcResponse<Self::ListAndWatchStream>, Status> {
         let mut rx = self.plugin.units.subscribe();
         let (tx, out) = tokio::sync::mpsc::channel(4);
+        let mut stop = self.stop.clone();
         tokio::spawn(async move {
             loop {
                 let list = devices(&rx.borrow_and_update());
@@ -203,6 +207,7 @@ impl api::device_plugin_server::DevicePlugin for Service {
                 tokio::select! {
                     changed = rx.changed() => if changed.is_err() { return },
                     _ = tx.closed() => return,
+                    _ = stop.wait_for(|s| *s) => return,
                 }
             }
         });
