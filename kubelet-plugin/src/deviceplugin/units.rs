@@ -262,4 +262,65 @@ mod tests {
         assert!(parse_unit("10%").unwrap_err().contains("not a percent"));
         assert!(parse_unit("1Q").unwrap_err().contains("--unit \"1Q\""));
     }
+
+    fn gpu(index: u32, gib: u64) -> Gpu {
+        Gpu {
+            info: gpuslice_arbiter::inventory::DeviceInfo {
+                index,
+                uuid: format!("GPU-{index}"),
+                name: "sim".into(),
+                memory_total: gib << 30,
+            },
+            minor: index,
+            architecture: None,
+            compute_capability: None,
+            driver_version: None,
+        }
+    }
+
+    #[test]
+    fn arbiter_down_or_gpu_gone_leaves_no_unit_available() {
+        let p = UnitPolicy {
+            unit: 1 << 30,
+            policy: Policy::default(),
+            publish: PublishPolicy::default(),
+        };
+        let gpus = [gpu(0, 80), gpu(1, 40)];
+        let down = inventory(&p, &gpus, &[], Err("connection refused"));
+        assert_eq!(
+            down.iter()
+                .map(|g| (g.units, g.available))
+                .collect::<Vec<_>>(),
+            [(76, 0), (36, 0)]
+        );
+        assert!(down[0].note.contains("connection refused"));
+        let st = NodeStatus {
+            devices: gpus
+                .iter()
+                .map(|g| gpuslice_api::DeviceStatus {
+                    index: g.info.index,
+                    uuid: g.info.uuid.clone(),
+                    name: g.info.name.clone(),
+                    memory_total: g.info.memory_total,
+                    memory_committed: 0,
+                    compute_guaranteed: 0,
+                    slices: vec![],
+                    shares: vec![],
+                })
+                .collect(),
+            ..NodeStatus::default()
+        };
+        let up = inventory(&p, &gpus, &down, Ok(&st));
+        assert_eq!(up.iter().map(|g| g.available).collect::<Vec<_>>(), [76, 36]);
+        // GPU 1 gone from NVML: still listed, nothing available.
+        let gone = inventory(&p, &gpus[..1], &up, Ok(&st));
+        assert_eq!(gone.len(), 2);
+        assert_eq!((gone[1].units, gone[1].available), (36, 0));
+        assert!(gone[1].note.contains("NVML no longer reports"));
+        // A unit that does not divide the offer: rounded down, said so.
+        let odd = UnitPolicy { unit: 5 << 30, ..p };
+        let g = units_of(&odd, &gpus[1]);
+        assert_eq!(g.units, 7);
+        assert!(g.note.contains("left over"), "{}", g.note);
+    }
 }
