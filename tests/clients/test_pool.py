@@ -1,7 +1,7 @@
 """cuda.bindings.driver: cuMemAllocAsync from the device's default pool stops at exactly the cap;
 memory freed with cuMemFreeAsync returns once cuStreamSynchronize has run."""
 
-from conftest import CAP_BYTES, CHUNK, cu, expected_count, mem_info, ok, say
+from conftest import CHUNK, cu, expected_count, fill, mem_info, ok, say
 
 
 def reserved(pool):
@@ -14,17 +14,7 @@ def test_pool_alloc_stops_at_the_cap_and_sync_returns_it(ctx):
     stream = ok(cu.cuStreamCreate(0))
     free, _ = mem_info()
     want = expected_count(free)
-    ptrs = []
-    while True:
-        err, ptr = cu.cuMemAllocAsync(CHUNK, stream)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            break
-        ptrs.append(ptr)
-        assert len(ptrs) <= want, "allocated past what is free"
-    assert err == cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, f"refused with {err!r}"
-    assert len(ptrs) == want
-    if CAP_BYTES is not None:
-        assert len(ptrs) * CHUNK == CAP_BYTES
+    ptrs = fill(lambda: cu.cuMemAllocAsync(CHUNK, stream), want)
     ok(cu.cuStreamSynchronize(stream))
     assert reserved(pool) == want * CHUNK
     for p in ptrs:

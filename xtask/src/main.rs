@@ -10,6 +10,7 @@
 
 mod bench;
 mod bench_share;
+mod clients;
 mod demo;
 mod dist;
 mod fuzz;

@@ -60,6 +60,14 @@ const SUITES: &[Suite] = &[
         run: workloads,
     },
     Suite {
+        name: "clients",
+        about: "NVIDIA's driver-API clients from PyPI, pinned, in a scratch venv (cuda-python's \
+                cuda.bindings.driver, numba-cuda, nvidia-ml-py), unmodified on the simulated GPU: \
+                totals, cuMemAlloc / pool / VMM / numba caps, with and without libgpuslice.so",
+        needs_root: false,
+        run: clients,
+    },
+    Suite {
         name: "dist",
         about:
             "cargo xtask dist yields the whole design-brief tree; unbuilt binaries refuse to run",
@@ -294,6 +302,13 @@ fn arbiter() -> Result<()> {
 fn workloads() -> Result<()> {
     build_sim()?;
     cargo_test(&["gpuslice-workloads"], &[])
+}
+
+fn clients() -> Result<()> {
+    // Debug builds of the simulator and the interposer: a release dist tree is not needed.
+    build_sim()?;
+    exec(cargo().args(["build", "-p", "gpuslice-interposer"]))?;
+    crate::clients::run()
 }
 
 fn gpu_kit() -> Result<()> {
