@@ -188,9 +188,11 @@ fn normalise(name: &str) -> String {
     name.trim().to_ascii_lowercase().replace(['_', '.'], "-")
 }
 
-/// A Python with `venv` and `ensurepip`; installed with apt-get when root on Debian.
+/// A Python with `venv` and `ensurepip` (`GPUSLICE_CLIENTS_PYTHON`, else `python3`, which is
+/// installed with apt-get when missing and root on Debian).
 fn python() -> Result<String> {
-    let python = std::env::var("GPUSLICE_CLIENTS_PYTHON").unwrap_or_else(|_| "python3".into());
+    let chosen = std::env::var("GPUSLICE_CLIENTS_PYTHON").ok();
+    let python = chosen.clone().unwrap_or_else(|| "python3".into());
     let probe = |py: &str| {
         Command::new(py)
             .args([
@@ -202,7 +204,11 @@ fn python() -> Result<String> {
             .ok()
             .filter(|o| o.status.success())
     };
-    if probe(&python).is_none() && is_root() && Path::new("/usr/bin/apt-get").exists() {
+    if probe(&python).is_none()
+        && chosen.is_none()
+        && is_root()
+        && Path::new("/usr/bin/apt-get").exists()
+    {
         eprintln!("clients: {python} lacks venv/ensurepip: installing python3-venv");
         exec(Command::new("apt-get").args(["-q", "update"]))?;
         exec(
@@ -237,44 +243,49 @@ fn ensure_venv(venv: &Path, requirements: &Path) -> Result<Vec<String>> {
     let stamp_text = format!("{}\n{wanted}", String::from_utf8_lossy(&version.stdout));
     let stamp = venv.join(".gpuslice-complete");
     let py = venv.join("bin/python");
-    if py.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(stamp_text.as_str()) {
-        eprintln!("clients: reusing {}", venv.display());
-    } else {
-        eprintln!(
-            "clients: creating {} from {}",
-            venv.display(),
-            requirements.display()
-        );
-        let _ = fs::remove_dir_all(venv);
-        exec(Command::new(&python).args(["-m", "venv"]).arg(venv))?;
-        exec(
-            Command::new(&py)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    "--only-binary=:all:",
-                    "-r",
-                ])
-                .arg(requirements),
-        )
-        .context("installing the pinned clients (pip's default index must be reachable)")?;
-    }
-    // What is installed is exactly what is pinned: no unpinned dependency slipped in.
-    let out = Command::new(&py)
-        .args(["-m", "pip", "freeze", "--disable-pip-version-check"])
-        .output()
-        .context("pip freeze")?;
-    ensure!(out.status.success(), "pip freeze failed: {}", out.status);
-    let installed: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once("=="))
-        .map(|(n, v)| format!("{}=={}", normalise(n), v.trim()))
-        .collect();
-    if installed != pinned {
+    let mut reuse =
+        py.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(stamp_text.as_str());
+    loop {
+        if reuse {
+            eprintln!("clients: reusing {}", venv.display());
+        } else {
+            eprintln!(
+                "clients: creating {} from {}",
+                venv.display(),
+                requirements.display()
+            );
+            let _ = fs::remove_dir_all(venv);
+            exec(Command::new(&python).args(["-m", "venv"]).arg(venv))?;
+            exec(
+                Command::new(&py)
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        "--no-input",
+                        "--only-binary=:all:",
+                        "-r",
+                    ])
+                    .arg(requirements),
+            )
+            .context("installing the pinned clients (pip's default index must be reachable)")?;
+        }
+        // What is installed is exactly what is pinned: no unpinned dependency slipped in, and
+        // a reused environment was not changed by hand.
+        let installed = frozen(&py)?;
+        if installed == pinned {
+            break;
+        }
         let _ = fs::remove_file(&stamp);
+        if reuse {
+            eprintln!(
+                "clients: {} differs from its pins: rebuilding",
+                venv.display()
+            );
+            reuse = false;
+            continue;
+        }
         bail!(
             "{} does not hold exactly the pins of {}: not installed {:?}, not pinned {:?}",
             venv.display(),
@@ -288,6 +299,20 @@ fn ensure_venv(venv: &Path, requirements: &Path) -> Result<Vec<String>> {
         .iter()
         .filter_map(|n| pinned.iter().find(|p| p.starts_with(&format!("{n}=="))))
         .cloned()
+        .collect())
+}
+
+/// The `name==version` lines of `pip freeze`, normalised.
+fn frozen(py: &Path) -> Result<BTreeSet<String>> {
+    let out = Command::new(py)
+        .args(["-m", "pip", "freeze", "--disable-pip-version-check"])
+        .output()
+        .context("pip freeze")?;
+    ensure!(out.status.success(), "pip freeze failed: {}", out.status);
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("=="))
+        .map(|(n, v)| format!("{}=={}", normalise(n), v.trim()))
         .collect())
 }
 
