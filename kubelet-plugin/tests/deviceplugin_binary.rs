@@ -1,5 +1,5 @@
 //! The `gpuslice-kubelet-plugin` binary in `--mode device-plugin` on the simulated NVML, against
-//! a minimal kubelet stand-in (NOT a real kubelet: kubelet's `Registration` server only, and the
+//! the kubelet stand-in (`deviceplugin::standin::Kubelet`; NOT a real kubelet: registration server and
 //! plugin client) in a scratch device-plugins directory, with no arbiter running: it registers,
 //! lists its units all `Unhealthy` (nothing can be admitted), refuses a second mode on the same
 //! node, and on SIGTERM stops and removes its socket.
@@ -8,26 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpuslice_kubelet_plugin::deviceplugin::serve::unix_channel;
-use gpuslice_kubelet_plugin::deviceplugin::{KUBELET_SOCKET, RESOURCE, SOCKET, UNHEALTHY};
-use gpuslice_kubelet_plugin::proto::deviceplugin as api;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status};
+use gpuslice_kubelet_plugin::deviceplugin::standin::Kubelet;
+use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET, UNHEALTHY};
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpuslice-kubelet-plugin");
-
-struct Reg(tokio::sync::mpsc::UnboundedSender<api::RegisterRequest>);
-
-#[tonic::async_trait]
-impl api::registration_server::Registration for Reg {
-    async fn register(
-        &self,
-        request: Request<api::RegisterRequest>,
-    ) -> Result<Response<api::Empty>, Status> {
-        let _ = self.0.send(request.into_inner());
-        Ok(Response::new(api::Empty {}))
-    }
-}
 
 fn nvml() -> Option<PathBuf> {
     let p = Path::new(BIN).parent()?.join("libnvidia_ml.so");
@@ -77,32 +61,23 @@ fn binary_device_plugin_registers_lists_refuses_a_second_mode_and_stops() {
         .enable_all()
         .build()
         .unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let listener = rt.block_on(async { tokio::net::UnixListener::bind(dir.join(KUBELET_SOCKET)) });
-    let listener = listener.unwrap();
-    rt.spawn(
-        tonic::transport::Server::builder()
-            .add_service(api::registration_server::RegistrationServer::new(Reg(tx)))
-            .serve_with_incoming(UnixListenerStream::new(listener)),
-    );
+    let wait = Duration::from_secs(20);
+    let mut kubelet = rt.block_on(async { Kubelet::start(&dir) }).unwrap();
     let mut child = cmd(&nvml, &root, "device-plugin")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let reg = rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(20), rx.recv()).await })
-        .expect("no registration within 20 s")
-        .unwrap();
+        .block_on(kubelet.wait_registrations(1, wait))
+        .unwrap()
+        .remove(0);
     assert_eq!(
         (reg.resource_name.as_str(), reg.endpoint.as_str()),
         (RESOURCE, SOCKET)
     );
-    let devices = rt.block_on(async {
-        let ch = unix_channel(&dir.join(SOCKET)).await.unwrap();
-        let mut c = api::device_plugin_client::DevicePluginClient::new(ch);
-        let mut s = c.list_and_watch(api::Empty {}).await.unwrap().into_inner();
-        s.message().await.unwrap().unwrap().devices
-    });
+    let devices = rt
+        .block_on(kubelet.wait_devices("the first list", wait, |d| !d.is_empty()))
+        .unwrap();
     assert!(!devices.is_empty());
     // No arbiter: nothing could be admitted, so no unit is offered as healthy.
     assert!(devices.iter().all(|d| d.health == UNHEALTHY), "{devices:?}");

@@ -9,29 +9,28 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{gpus, GI};
 use gpuslice_api::{DeviceSelector, NodeStatus, Owner, SliceRequest};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
-use gpuslice_kubelet_plugin::deviceplugin::serve::{serve, unix_channel, Paths};
+use gpuslice_kubelet_plugin::deviceplugin::serve::{serve, Paths};
 use gpuslice_kubelet_plugin::deviceplugin::service::{NodeSlices, Plugin};
+use gpuslice_kubelet_plugin::deviceplugin::standin::{healthy, Kubelet};
 use gpuslice_kubelet_plugin::deviceplugin::units::UnitPolicy;
-use gpuslice_kubelet_plugin::deviceplugin::{HEALTHY, KUBELET_SOCKET, RESOURCE, SOCKET};
+use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET};
 use gpuslice_kubelet_plugin::gpu::StaticGpus;
 use gpuslice_kubelet_plugin::proto::deviceplugin as api;
 use gpuslice_shim::select::{select, Selection};
-use tokio::net::UnixListener;
-use tokio::sync::{oneshot, watch};
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Server};
-use tonic::{Request, Response, Status};
+use tokio::sync::oneshot;
+use tonic::Status;
 
 const POLL: Duration = Duration::from_millis(50);
+const WAIT: Duration = Duration::from_secs(10);
 const H100: &str = "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd";
 const A100: &str = "GPU-10000000-aaaa-bbbb-cccc-dddddddddddd";
 
@@ -58,142 +57,6 @@ impl FakeArbiter {
             .map_err(|e| e.to_string())?;
         Ok(a.devices[0].uuid.clone())
     }
-}
-
-/// kubelet's `Registration` service: every request is passed on.
-struct KubeletRegistration(tokio::sync::mpsc::UnboundedSender<api::RegisterRequest>);
-
-#[tonic::async_trait]
-impl api::registration_server::Registration for KubeletRegistration {
-    async fn register(
-        &self,
-        request: Request<api::RegisterRequest>,
-    ) -> Result<Response<api::Empty>, Status> {
-        let r = request.into_inner();
-        if r.version != "v1beta1" {
-            return Err(Status::invalid_argument(format!(
-                "unsupported version {}",
-                r.version
-            )));
-        }
-        let _ = self.0.send(r);
-        Ok(Response::new(api::Empty {}))
-    }
-}
-
-/// The kubelet stand-in: registration server, and per registration a client on the plugin's
-/// socket with a ListAndWatch stream feeding `devices`.
-struct Kubelet {
-    dir: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
-    registrations: watch::Receiver<Vec<api::RegisterRequest>>,
-    devices: watch::Receiver<Vec<api::Device>>,
-    client: watch::Receiver<Option<Channel>>,
-}
-
-impl Kubelet {
-    /// Starts like kubelet does: the directory emptied, `kubelet.sock` created.
-    fn start(dir: &Path) -> Kubelet {
-        if dir.exists() {
-            for e in std::fs::read_dir(dir).unwrap() {
-                std::fs::remove_file(e.unwrap().path()).unwrap();
-            }
-        }
-        std::fs::create_dir_all(dir).unwrap();
-        let listener = UnixListener::bind(dir.join(KUBELET_SOCKET)).unwrap();
-        let (reg_tx, mut reg_rx) = tokio::sync::mpsc::unbounded_channel();
-        let (stop, stop_rx) = oneshot::channel::<()>();
-        tokio::spawn(
-            Server::builder()
-                .add_service(api::registration_server::RegistrationServer::new(
-                    KubeletRegistration(reg_tx),
-                ))
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
-                    let _ = stop_rx.await;
-                }),
-        );
-        let (regs_tx, registrations) = watch::channel(Vec::new());
-        let (dev_tx, devices) = watch::channel(Vec::new());
-        let (client_tx, client) = watch::channel(None);
-        let d = dir.to_path_buf();
-        tokio::spawn(async move {
-            while let Some(r) = reg_rx.recv().await {
-                // Like kubelet: Register has been answered; a plugin that cannot be dialled
-                // is only logged (the plugin notices and registers again).
-                let Ok(ch) = unix_channel(&d.join(&r.endpoint)).await else {
-                    continue;
-                };
-                let mut c = api::device_plugin_client::DevicePluginClient::new(ch.clone());
-                let Ok(opts) = c.get_device_plugin_options(api::Empty {}).await else {
-                    continue;
-                };
-                assert_eq!(opts.into_inner(), r.options.unwrap());
-                let Ok(stream) = c.list_and_watch(api::Empty {}).await else {
-                    continue;
-                };
-                let mut stream = stream.into_inner();
-                let dev_tx = dev_tx.clone();
-                tokio::spawn(async move {
-                    while let Ok(Some(m)) = stream.message().await {
-                        dev_tx.send_replace(m.devices);
-                    }
-                });
-                client_tx.send_replace(Some(ch));
-                regs_tx.send_modify(|v| v.push(r));
-            }
-        });
-        Kubelet {
-            dir: dir.to_path_buf(),
-            stop: Some(stop),
-            registrations,
-            devices,
-            client,
-        }
-    }
-
-    /// kubelet going away (its socket closed and removed).
-    fn stop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let _ = std::fs::remove_file(self.dir.join(KUBELET_SOCKET));
-    }
-
-    async fn wait_devices(&mut self, what: &str, ok: impl Fn(&[api::Device]) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if ok(&self.devices.borrow_and_update()) {
-                return;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "timed out waiting for {what}");
-            let _ = tokio::time::timeout(left, self.devices.changed()).await;
-        }
-    }
-
-    async fn wait_registrations(&mut self, n: usize) -> Vec<api::RegisterRequest> {
-        let r = tokio::time::timeout(
-            Duration::from_secs(10),
-            self.registrations.wait_for(|v| v.len() >= n),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("no registration #{n}"))
-        .unwrap()
-        .clone();
-        r
-    }
-
-    fn plugin(&self) -> api::device_plugin_client::DevicePluginClient<Channel> {
-        api::device_plugin_client::DevicePluginClient::new(
-            self.client.borrow().clone().expect("registered"),
-        )
-    }
-}
-
-fn healthy(devs: &[api::Device], uuid: &str) -> usize {
-    devs.iter()
-        .filter(|d| d.id.starts_with(&format!("{uuid}::")) && d.health == HEALTHY)
-        .count()
 }
 
 struct Node {
@@ -258,41 +121,7 @@ async fn place_pod(
     pod: &str,
     units: i32,
 ) -> Result<(String, u64), String> {
-    let devs = k.devices.borrow().clone();
-    let available: Vec<String> = devs
-        .iter()
-        .filter(|d| d.health == HEALTHY && !allocated.contains(&d.id))
-        .map(|d| d.id.clone())
-        .collect();
-    let mut c = k.plugin();
-    let pref = c
-        .get_preferred_allocation(api::PreferredAllocationRequest {
-            container_requests: vec![api::ContainerPreferredAllocationRequest {
-                available_device_i_ds: available,
-                must_include_device_i_ds: vec![],
-                allocation_size: units,
-            }],
-        })
-        .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
-        .into_inner();
-    let ids = pref.container_responses[0].device_i_ds.clone();
-    assert_eq!(ids.len(), units as usize);
-    let resp = c
-        .allocate(api::AllocateRequest {
-            container_requests: vec![api::ContainerAllocateRequest {
-                devices_ids: ids.clone(),
-            }],
-        })
-        .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
-        .into_inner();
-    allocated.extend(ids);
-    let env: Vec<(String, String)> = resp.container_responses[0]
-        .envs
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let env = k.allocate(allocated, units).await?.envs;
     let Selection::Slice(req, _) = select(&BTreeMap::new(), &env).unwrap() else {
         panic!("no slice from {env:?}");
     };
@@ -307,8 +136,8 @@ async fn place_pod(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standin_kubelet_registration_options_and_units_advertised() {
     let node = Node::start("reg", GI);
-    let mut k = Kubelet::start(&node.dir);
-    let regs = k.wait_registrations(1).await;
+    let mut k = Kubelet::start(&node.dir).unwrap();
+    let regs = k.wait_registrations(1, WAIT).await.unwrap();
     assert_eq!(regs[0].resource_name, RESOURCE);
     assert_eq!(regs[0].endpoint, SOCKET);
     assert!(
@@ -318,8 +147,10 @@ async fn standin_kubelet_registration_options_and_units_advertised() {
             .unwrap()
             .get_preferred_allocation_available
     );
-    k.wait_devices("the first list", |d| !d.is_empty()).await;
-    let devs = k.devices.borrow().clone();
+    k.wait_devices("the first list", WAIT, |d| !d.is_empty())
+        .await
+        .unwrap();
+    let devs = k.devices();
     // 80 GiB and 40 GiB, less 8 context reserves of 512 MiB each (--slices-per-gpu 8).
     assert_eq!(healthy(&devs, H100), 76);
     assert_eq!(healthy(&devs, A100), 36);
@@ -334,9 +165,10 @@ async fn standin_kubelet_registration_options_and_units_advertised() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standin_kubelet_list_and_watch_follows_slices_made_outside_the_plugin() {
     let node = Node::start("law", GI);
-    let mut k = Kubelet::start(&node.dir);
-    k.wait_devices("the first list", |d| healthy(d, A100) == 36)
-        .await;
+    let mut k = Kubelet::start(&node.dir).unwrap();
+    k.wait_devices("the first list", WAIT, |d| healthy(d, A100) == 36)
+        .await
+        .unwrap();
     // An annotation-made slice of 10 GiB on the A100 takes 10 units there.
     let req = |mem: &str, dev: &str| {
         let key = if dev.starts_with("GPU-") {
@@ -353,28 +185,31 @@ async fn standin_kubelet_list_and_watch_follows_slices_made_outside_the_plugin()
     node.arbiter
         .admit("annotated", req("10Gi", "A100"), true)
         .unwrap();
-    k.wait_devices("A100 at 26", |d| {
+    k.wait_devices("A100 at 26", WAIT, |d| {
         healthy(d, A100) == 26 && healthy(d, H100) == 76
     })
-    .await;
+    .await
+    .unwrap();
     // A slice in the plugin's own form (what Allocate gives) is already counted by kubelet.
     node.arbiter
         .admit("plugin-made", req("5Gi", A100), true)
         .unwrap();
     tokio::time::sleep(POLL * 4).await;
-    assert_eq!(healthy(&k.devices.borrow(), A100), 26);
+    assert_eq!(healthy(&k.devices(), A100), 26);
     // `gpuslice run` (a bare process, no container) of 1.5 GiB takes 2 units.
     node.arbiter
         .admit("bare", req("1536Mi", "H100"), false)
         .unwrap();
-    k.wait_devices("H100 at 74", |d| healthy(d, H100) == 74)
-        .await;
+    k.wait_devices("H100 at 74", WAIT, |d| healthy(d, H100) == 74)
+        .await
+        .unwrap();
     node.arbiter.0.lock().unwrap().release("annotated").unwrap();
     node.arbiter.0.lock().unwrap().release("bare").unwrap();
-    k.wait_devices("all back", |d| {
+    k.wait_devices("all back", WAIT, |d| {
         healthy(d, A100) == 36 && healthy(d, H100) == 76
     })
-    .await;
+    .await
+    .unwrap();
     k.stop();
     node.stop().await;
 }
@@ -382,8 +217,10 @@ async fn standin_kubelet_list_and_watch_follows_slices_made_outside_the_plugin()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standin_kubelet_pods_of_30_30_40_bin_packed_and_50_refused_naming_both_gpus() {
     let node = Node::start("pack", GI);
-    let mut k = Kubelet::start(&node.dir);
-    k.wait_devices("the first list", |d| d.len() == 112).await;
+    let mut k = Kubelet::start(&node.dir).unwrap();
+    k.wait_devices("the first list", WAIT, |d| d.len() == 112)
+        .await
+        .unwrap();
     let mut allocated = BTreeSet::new();
     let mut placed = Vec::new();
     for (pod, units) in [("pod-a", 30), ("pod-b", 30), ("pod-c", 40)] {
@@ -404,7 +241,7 @@ async fn standin_kubelet_pods_of_30_30_40_bin_packed_and_50_refused_naming_both_
     );
     // Plugin-made slices change nothing in what is advertised.
     tokio::time::sleep(POLL * 4).await;
-    assert_eq!(healthy(&k.devices.borrow(), H100), 76);
+    assert_eq!(healthy(&k.devices(), H100), 76);
     let e = place_pod(&k, &node, &mut allocated, "pod-d", 50)
         .await
         .unwrap_err();
@@ -429,8 +266,10 @@ async fn standin_kubelet_pods_of_30_30_40_bin_packed_and_50_refused_naming_both_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standin_kubelet_two_gpus_half_full_and_a_pod_bigger_than_either() {
     let node = Node::start("half", GI);
-    let mut k = Kubelet::start(&node.dir);
-    k.wait_devices("the first list", |d| d.len() == 112).await;
+    let mut k = Kubelet::start(&node.dir).unwrap();
+    k.wait_devices("the first list", WAIT, |d| d.len() == 112)
+        .await
+        .unwrap();
     let mut allocated = BTreeSet::new();
     // Half of each GPU: 18 of the A100's 36, 38 of the H100's 76.
     assert_eq!(
@@ -448,7 +287,7 @@ async fn standin_kubelet_two_gpus_half_full_and_a_pod_bigger_than_either() {
         H100
     );
     // The node has 56 units free: a scheduler counting per node places a Pod of 40 here.
-    let free = k.devices.borrow().len() - allocated.len();
+    let free = k.devices().len() - allocated.len();
     assert_eq!(free, 56);
     let e = place_pod(&k, &node, &mut allocated, "big", 40)
         .await
@@ -475,13 +314,14 @@ async fn standin_kubelet_two_gpus_half_full_and_a_pod_bigger_than_either() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standin_kubelet_allocate_refuses_unknown_and_split_ids_and_256mi_units_work() {
     let node = Node::start("alloc", 256 << 20);
-    let mut k = Kubelet::start(&node.dir);
+    let mut k = Kubelet::start(&node.dir).unwrap();
     // 256 MiB units: (80 GiB − 4 GiB) / 256 MiB = 304, (40 − 4) GiB / 256 MiB = 144.
-    k.wait_devices("the first list", |d| {
+    k.wait_devices("the first list", WAIT, |d| {
         healthy(d, H100) == 304 && healthy(d, A100) == 144
     })
-    .await;
-    let mut c = k.plugin();
+    .await
+    .unwrap();
+    let mut c = k.plugin().unwrap();
     let alloc = |ids: &[&str]| api::AllocateRequest {
         container_requests: vec![api::ContainerAllocateRequest {
             devices_ids: ids.iter().map(|s| s.to_string()).collect(),
@@ -535,18 +375,21 @@ async fn standin_kubelet_allocate_refuses_unknown_and_split_ids_and_256mi_units_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standin_kubelet_restart_wipes_the_directory_and_the_plugin_registers_again() {
     let node = Node::start("restart", GI);
-    let mut k = Kubelet::start(&node.dir);
-    k.wait_registrations(1).await;
-    k.wait_devices("the first list", |d| d.len() == 112).await;
+    let mut k = Kubelet::start(&node.dir).unwrap();
+    k.wait_registrations(1, WAIT).await.unwrap();
+    k.wait_devices("the first list", WAIT, |d| d.len() == 112)
+        .await
+        .unwrap();
     // kubelet stops, then starts: the directory is emptied (the plugin's socket too) and a new
     // kubelet.sock appears.
     k.stop();
     tokio::time::sleep(POLL * 3).await;
-    let mut k2 = Kubelet::start(&node.dir);
-    let regs = k2.wait_registrations(1).await;
+    let mut k2 = Kubelet::start(&node.dir).unwrap();
+    let regs = k2.wait_registrations(1, WAIT).await.unwrap();
     assert_eq!(regs[0].resource_name, RESOURCE);
-    k2.wait_devices("the list after the restart", |d| d.len() == 112)
-        .await;
+    k2.wait_devices("the list after the restart", WAIT, |d| d.len() == 112)
+        .await
+        .unwrap();
     assert!(node.dir.join(SOCKET).exists());
     // The new kubelet can allocate.
     let mut allocated = BTreeSet::new();
@@ -559,8 +402,8 @@ async fn standin_kubelet_restart_wipes_the_directory_and_the_plugin_registers_ag
     );
     // And a restart while kubelet.sock is replaced at once (no gap) is noticed too.
     k2.stop();
-    let mut k3 = Kubelet::start(&node.dir);
-    k3.wait_registrations(1).await;
+    let mut k3 = Kubelet::start(&node.dir).unwrap();
+    k3.wait_registrations(1, WAIT).await.unwrap();
     k3.stop();
     node.stop().await;
 }

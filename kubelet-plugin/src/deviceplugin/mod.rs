@@ -10,6 +10,7 @@
 //! * [`service`]: the `DevicePlugin` gRPC service; [`serve`]: its socket in kubelet's
 //!   `device-plugins` directory, registration at `kubelet.sock`, and re-registration when
 //!   kubelet restarts.
+//! * [`standin`]: kubelet's side of the API, for tests (not a kubelet).
 //! * [`exclusive`]: the node-wide lock that keeps DRA and device-plugin modes from both
 //!   offering the same GPU memory to the scheduler.
 //!
@@ -22,6 +23,7 @@ pub mod place;
 pub mod run;
 pub mod serve;
 pub mod service;
+pub mod standin;
 pub mod units;
 
 /// The extended resource.
