@@ -72,7 +72,8 @@ pub fn run() -> Result<()> {
     let venv = work.join("venv");
     let pins = ensure_venv(&venv, &requirements)?;
 
-    let scratch = work.join("run");
+    // Per run of the suite: state files and result files of this run only.
+    let scratch = work.join(format!("run-{}", std::process::id()));
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     // A host running the arbiter (or a container of a slice) may have slice files at the
@@ -136,6 +137,7 @@ pub fn run() -> Result<()> {
             println!("clients:   capped {CAP}: {line}");
         }
     }
+    let _ = fs::remove_dir_all(&scratch);
     println!(
         "clients: {} script runs in {:.1} s",
         SCRIPTS.len() * 3,
