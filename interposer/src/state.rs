@@ -83,11 +83,22 @@ fn init() -> Option<Gate> {
             }
         }
     } else if explicit.is_some() {
-        crate::log!(
-            Level::Error,
-            "GPUSLICE_SLICE_DIR={} has no slice files; memory caps are NOT enforced",
-            dir.display()
-        );
+        // A request in the environment still applies (standalone mode): say which case it is.
+        let gate = standalone();
+        if gate.is_some() {
+            crate::log!(
+                Level::Warn,
+                "GPUSLICE_SLICE_DIR={} has no slice files; enforcing the environment's request instead",
+                dir.display()
+            );
+        } else {
+            crate::log!(
+                Level::Error,
+                "GPUSLICE_SLICE_DIR={} has no slice files and the environment asks for no cap; memory caps are NOT enforced",
+                dir.display()
+            );
+        }
+        return gate;
     }
     standalone()
 }

@@ -528,3 +528,33 @@ fn racing_processes_over_every_path_never_exceed_the_cap() {
     }
     let _ = std::fs::remove_dir_all(format!("/dev/shm/gpuslice-{}-{id}", uid()));
 }
+
+/// `GPUSLICE_SLICE_DIR` naming a directory without slice files: with `GPUSLICE_MEMORY` the
+/// environment's cap is enforced and the warning says so; without any request the message says
+/// caps are not enforced. (The message once said "NOT enforced" while enforcing.)
+#[test]
+fn an_empty_slice_dir_says_what_is_enforced() {
+    let e = setup("emptydir");
+    let empty = e.dir.join("no-slice-here");
+    std::fs::create_dir_all(&empty).unwrap();
+    let d = empty.to_string_lossy().into_owned();
+    let (out, err) = e.run(
+        "fill",
+        &[
+            ("GPUSLICE_SLICE_DIR", d.as_str()),
+            ("GPUSLICE_MEMORY", "64Mi"),
+        ],
+    );
+    assert_eq!(field(&out, "TOTAL"), 64 * MIB, "{out}\n{err}");
+    assert!(
+        err.contains("enforcing the environment's request instead"),
+        "{err}"
+    );
+    assert!(!err.contains("NOT enforced"), "{err}");
+    let (out, err) = e.run("fill", &[("GPUSLICE_SLICE_DIR", d.as_str())]);
+    assert!(field(&out, "TOTAL") > 64 * MIB, "{out}\n{err}");
+    assert!(
+        err.contains("asks for no cap; memory caps are NOT enforced"),
+        "{err}"
+    );
+}
