@@ -20,6 +20,10 @@ pub const CONTAINER_STATE_DIR: &str = "/var/lib/gpuslice-sim";
 pub const DEVICES: &str = "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0";
 /// Total memory of the simulated device.
 pub const DEVICE_MEM: u64 = 80 << 30;
+/// A heterogeneous node: an H100-class GPU with 80 GiB (index 0) and an A100-class one with
+/// 40 GiB (index 1).
+pub const TWO_DEVICES: &str = "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0;\
+name=NVIDIA A100-SXM4-40GB,mem=40Gi,sms=108,cc=8.0";
 
 /// A bind mount for a container.
 #[derive(Debug, Clone)]
@@ -36,13 +40,20 @@ pub struct Bind {
 #[derive(Debug)]
 pub struct SimNode {
     state_dir: PathBuf,
+    devices: String,
 }
 
 impl SimNode {
     /// A fresh node whose state lives in `scratch/sim`.
     pub fn new(scratch: &Scratch) -> Result<Self> {
+        Self::with_devices(scratch, DEVICES)
+    }
+
+    /// A fresh node with `devices` (`GPUSLICE_SIM_DEVICES`, e.g. [`TWO_DEVICES`]).
+    pub fn with_devices(scratch: &Scratch, devices: &str) -> Result<Self> {
         Ok(Self {
             state_dir: scratch.dir("sim")?,
+            devices: devices.into(),
         })
     }
 
@@ -54,7 +65,7 @@ impl SimNode {
     /// Environment for a host process using the node (the arbiter, host-side checks).
     pub fn host_env(&self) -> Vec<(String, String)> {
         vec![
-            ("GPUSLICE_SIM_DEVICES".into(), DEVICES.into()),
+            ("GPUSLICE_SIM_DEVICES".into(), self.devices.clone()),
             (
                 "GPUSLICE_SIM_STATE".into(),
                 self.state_file().to_string_lossy().into_owned(),
@@ -72,7 +83,7 @@ impl SimNode {
     /// Environment for a process inside a container, as `KEY=VALUE`.
     pub fn container_env(&self) -> Vec<String> {
         vec![
-            format!("GPUSLICE_SIM_DEVICES={DEVICES}"),
+            format!("GPUSLICE_SIM_DEVICES={}", self.devices),
             format!("GPUSLICE_SIM_STATE={CONTAINER_STATE_DIR}/state"),
             format!("LD_LIBRARY_PATH={CONTAINER_LIB_DIR}"),
         ]

@@ -23,9 +23,14 @@ pub struct Node {
 impl Node {
     /// Scratch directory, simulated node and image, for a test tagged `tag`.
     pub fn new(tag: &str) -> Result<Self> {
+        Self::with_devices(tag, crate::sim::DEVICES)
+    }
+
+    /// [`Node::new`] with the simulated devices `devices` (`GPUSLICE_SIM_DEVICES`).
+    pub fn with_devices(tag: &str, devices: &str) -> Result<Self> {
         crate::procs::become_subreaper();
         let scratch = Scratch::new(tag)?;
-        let sim = SimNode::new(&scratch)?;
+        let sim = SimNode::with_devices(&scratch, devices)?;
         let image = image::build(&scratch.dir("image")?)?;
         Ok(Self {
             sim,
@@ -94,6 +99,36 @@ pub fn assert_one_gib_slice(out: &str) -> Result<()> {
 /// `info` + `fill` output of a container with a slice capped at `cap` bytes (a multiple of the
 /// 256 MiB chunk): every query reports `cap` and allocation stops with OOM at exactly `cap`.
 pub fn assert_capped_slice(out: &str, cap: u64) -> Result<()> {
+    let nvml = workload::line_with(out, "nvml_device");
+    capped(out, cap, &nvml)
+}
+
+/// [`assert_capped_slice`] on a node with several GPUs, the slice on the one with `uuid`: CUDA's
+/// only device is that GPU (its `name` is `name`), and NVML's row of that UUID reports `cap`.
+/// NVML's other rows are not judged: the simulated NVML lists every GPU of the node, where on a
+/// real node the container has only its GPU's device node.
+pub fn assert_capped_slice_on(out: &str, cap: u64, uuid: &str, name: &str) -> Result<()> {
+    let nvml = out
+        .lines()
+        .map(workload::tokens)
+        .find(|t| {
+            t.iter().any(|(k, _)| k == "nvml_device")
+                && t.iter().any(|(k, v)| k == "uuid" && v == uuid)
+        })
+        .map(|t| t.into_iter().collect())
+        .unwrap_or_default();
+    ensure!(
+        workload::get(out, "name").as_deref() == Some(name),
+        "CUDA's device 0 is not {name}:\n{out}"
+    );
+    ensure!(
+        !out.lines().any(|l| l.starts_with("device=1 ")),
+        "CUDA shows more than the slice's GPU:\n{out}"
+    );
+    capped(out, cap, &nvml)
+}
+
+fn capped(out: &str, cap: u64, nvml: &std::collections::BTreeMap<String, String>) -> Result<()> {
     let (info, fill) = out
         .split_once("---")
         .context("no --- separator in output")?;
@@ -105,7 +140,6 @@ pub fn assert_capped_slice(out: &str, cap: u64) -> Result<()> {
         workload::get_u64(info, "meminfo_total") == Some(cap),
         "cuMemGetInfo total: expected {cap}:\n{out}"
     );
-    let nvml = workload::line_with(info, "nvml_device");
     ensure!(
         nvml.get("total").and_then(|v| v.parse::<u64>().ok()) == Some(cap),
         "NVML total: expected {cap}:\n{out}"
