@@ -223,6 +223,26 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// Default `kubernetes.device_plugin_unit`: one unit of `gpuslice.io/gpu-memory` is 1 GiB.
+pub const DEFAULT_DEVICE_PLUGIN_UNIT: u64 = 1 << 30;
+
+/// `[kubernetes]`: what `gpuslice-kubelet-plugin` offers the cluster (`docs/device-plugin.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// One unit of the device plugin's extended resource `gpuslice.io/gpu-memory`: a whole
+    /// number of MiB (`"1Gi"`, `"256Mi"`). The plugin's `--unit` overrides it.
+    pub device_plugin_unit: ByteSize,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            device_plugin_unit: ByteSize(DEFAULT_DEVICE_PLUGIN_UNIT),
+        }
+    }
+}
+
 /// The whole configuration file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -247,6 +267,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// The cooperation-free backstop (`docs/threat-model.md`).
     pub backstop: BackstopConfig,
+    /// The kubelet plugin.
+    pub kubernetes: KubernetesConfig,
 }
 
 impl Default for Config {
@@ -261,6 +283,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             runtime: RuntimeConfig::default(),
             backstop: BackstopConfig::default(),
+            kubernetes: KubernetesConfig::default(),
         }
     }
 }
@@ -383,6 +406,14 @@ impl Config {
                 "backstop.lease_tolerance",
                 format!("{:?}", self.backstop.lease_tolerance),
                 "must be at most 1s (it is device time per second)",
+            ));
+        }
+        let unit = self.kubernetes.device_plugin_unit.0;
+        if unit == 0 || !unit.is_multiple_of(1 << 20) {
+            return Err(invalid(
+                "kubernetes.device_plugin_unit",
+                format!("{unit} bytes"),
+                "must be a whole number of MiB, at least 1Mi (e.g. \"1Gi\", \"256Mi\")",
             ));
         }
         if !self.state_dir.is_absolute() {

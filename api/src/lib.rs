@@ -10,7 +10,8 @@ pub mod quantity;
 pub mod request;
 
 pub use config::{
-    BackstopAction, BackstopConfig, Config, ConfigError, FailMode, Placement, RuntimeConfig,
+    BackstopAction, BackstopConfig, Config, ConfigError, FailMode, KubernetesConfig, Placement,
+    RuntimeConfig,
 };
 pub use protocol::{
     AssignedDevice, BackstopEvent, DeviceStatus, ErrorCode, NodeStatus, Owner, Request,

@@ -170,3 +170,40 @@ fn realtime_priority_defaults_off_and_is_range_checked() {
         assert!(e.contains("realtime_priority"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn kubernetes_device_plugin_unit_defaults_to_1gi_and_takes_whole_mib() {
+    assert_eq!(
+        parse("").unwrap().kubernetes.device_plugin_unit,
+        ByteSize(1 << 30)
+    );
+    let c = parse("[kubernetes]\ndevice_plugin_unit = \"256Mi\"").unwrap();
+    assert_eq!(c.kubernetes.device_plugin_unit, ByteSize(256 << 20));
+    assert_eq!(parse(&c.to_toml()).unwrap(), c);
+    for (bad, words) in [
+        ("\"1000\"", "1000 bytes"),
+        ("\"0\"", "0 bytes"),
+        ("\"1.5Mi\"", "bytes"),
+    ] {
+        let e = parse(&format!("[kubernetes]\ndevice_plugin_unit = {bad}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("kubernetes.device_plugin_unit")
+                && e.contains(words)
+                && e.contains("whole number of MiB"),
+            "{bad}: {e}"
+        );
+    }
+    let e = parse("[kubernetes]\ndevice_plugin_unit = \"lots\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("device_plugin_unit") && e.contains("lots"),
+        "{e}"
+    );
+    let e = parse("[kubernetes]\nunit = \"1Gi\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unit"), "{e}");
+}

@@ -137,6 +137,7 @@ fn main() -> Result<()> {
                 publish,
                 state_dir: settings.state_dir.clone(),
                 arbiter_timeout: Duration::from_secs(cli.arbiter_timeout.max(1)),
+                unit: config.kubernetes.device_plugin_unit.0,
             },
         );
     }

@@ -27,25 +27,27 @@ fn nvml() -> Option<PathBuf> {
 }
 
 fn cmd(nvml: &Path, root: &Path, mode: &str) -> Command {
+    let mut c = base(nvml, root, mode, Path::new("/dev/null"));
+    c.args(["--unit", "256Mi"]);
+    c
+}
+
+/// The plugin with the node configuration `config` and no `--unit`.
+fn base(nvml: &Path, root: &Path, mode: &str, config: &Path) -> Command {
     let mut c = Command::new(BIN);
-    c.args([
-        "--mode",
-        mode,
-        "--node-name",
-        "node-a",
-        "--config",
-        "/dev/null",
-    ])
-    .arg("--state-dir")
-    .arg(root.join("state"))
-    .arg("--device-plugin-dir")
-    .arg(root.join("device-plugins"))
-    .args(["--device-plugin-poll", "1", "--unit", "256Mi"])
-    .arg("--claims-from")
-    .arg(root.join("claims"))
-    .env("GPUSLICE_NVML_LIBRARY", nvml)
-    .env("GPUSLICE_SIM_STATE", root.join("sim-state"))
-    .env_remove("RUST_LOG");
+    c.args(["--mode", mode, "--node-name", "node-a", "--config"])
+        .arg(config)
+        .arg("--state-dir")
+        .arg(root.join("state"))
+        .arg("--device-plugin-dir")
+        .arg(root.join("device-plugins"))
+        .args(["--device-plugin-poll", "1"])
+        .arg("--claims-from")
+        .arg(root.join("claims"))
+        .env("GPUSLICE_NVML_LIBRARY", nvml)
+        .env("GPUSLICE_SIM_STATE", root.join("sim-state"))
+        .env_remove("GPUSLICE_GPU_MEMORY_UNIT")
+        .env_remove("RUST_LOG");
     c
 }
 
@@ -103,4 +105,88 @@ fn binary_device_plugin_registers_lists_refuses_a_second_mode_and_stops() {
     assert!(status.success(), "{status:?}");
     assert!(!dir.join(SOCKET).exists());
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// How many devices the plugin lists when started with `config` (and `extra` flags) on a
+/// simulated 40 GiB GPU, or its exit and stderr when it refuses to start.
+fn listed(nvml: &Path, tag: &str, config: &str, extra: &[&str]) -> Result<usize, String> {
+    let root = std::env::temp_dir().join(format!("gs-dp-unit-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join("device-plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = root.join("config.toml");
+    std::fs::write(&file, config).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut kubelet = rt.block_on(async { Kubelet::start(&dir) }).unwrap();
+    let mut child = base(nvml, &root, "device-plugin", &file)
+        .args(extra)
+        .env("GPUSLICE_SIM_DEVICES", "mem=40Gi")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wait = Duration::from_secs(20);
+    let deadline = Instant::now() + wait;
+    let result = loop {
+        if child.try_wait().unwrap().is_some() {
+            let o = child.wait_with_output().unwrap();
+            break Err(format!(
+                "{}: {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        if let Ok(d) =
+            rt.block_on(
+                kubelet.wait_devices("a list", Duration::from_millis(200), |d| !d.is_empty()),
+            )
+        {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+            break Ok(d.len());
+        }
+        assert!(Instant::now() < deadline, "{tag}: no list and no exit");
+    };
+    kubelet.stop();
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+#[test]
+fn binary_device_plugin_unit_from_the_node_configuration_and_the_flag_overrides_it() {
+    let Some(nvml) = nvml() else { return };
+    // (40 GiB − 8 × 512 MiB) / unit.
+    assert_eq!(listed(&nvml, "default", "", &[]), Ok(36));
+    let cfg = "[kubernetes]\ndevice_plugin_unit = \"256Mi\"\n";
+    assert_eq!(listed(&nvml, "config", cfg, &[]), Ok(144));
+    assert_eq!(listed(&nvml, "flag", cfg, &["--unit", "1Gi"]), Ok(36));
+    let e = listed(
+        &nvml,
+        "bad",
+        "[kubernetes]\ndevice_plugin_unit = \"1000\"\n",
+        &[],
+    )
+    .unwrap_err();
+    println!("{e}");
+    assert!(
+        e.contains("kubernetes.device_plugin_unit = 1000 bytes: must be a whole number of MiB"),
+        "{e}"
+    );
+    let e = listed(
+        &nvml,
+        "huge",
+        "[kubernetes]\ndevice_plugin_unit = \"64Gi\"\n",
+        &[],
+    )
+    .unwrap_err();
+    println!("{e}");
+    assert!(
+        e.contains("no GPU of this node offers a whole unit of kubernetes.device_plugin_unit"),
+        "{e}"
+    );
 }

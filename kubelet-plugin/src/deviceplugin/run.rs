@@ -22,9 +22,9 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_DIR)]
     pub device_plugin_dir: PathBuf,
     /// device-plugin mode: one unit of gpuslice.io/gpu-memory (a whole number of MiB: 1Gi,
-    /// 256Mi, …).
-    #[arg(long, env = "GPUSLICE_GPU_MEMORY_UNIT", default_value = "1Gi")]
-    pub unit: String,
+    /// 256Mi, …); overrides the node configuration's kubernetes.device_plugin_unit (1Gi).
+    #[arg(long, env = "GPUSLICE_GPU_MEMORY_UNIT")]
+    pub unit: Option<String>,
     /// device-plugin mode: seconds between checks of kubelet (restart), NVML and the arbiter.
     #[arg(long, default_value_t = 5)]
     pub device_plugin_poll: u64,
@@ -42,11 +42,21 @@ pub struct Node {
     pub state_dir: PathBuf,
     /// Bound on each arbiter call.
     pub arbiter_timeout: Duration,
+    /// `kubernetes.device_plugin_unit` of the node configuration, bytes (checked there to be a
+    /// whole number of MiB).
+    pub unit: u64,
 }
 
 /// Runs the device plugin until a signal.
 pub fn run(args: &Args, node: Node) -> Result<()> {
-    let unit = parse_unit(&args.unit).map_err(anyhow::Error::msg)?;
+    let unit = match &args.unit {
+        Some(text) => parse_unit(text).map_err(anyhow::Error::msg)?,
+        None => node.unit,
+    };
+    let unit_text = match &args.unit {
+        Some(text) => format!("--unit {text}"),
+        None => format!("kubernetes.device_plugin_unit = {unit} bytes"),
+    };
     let _lock = exclusive::acquire(&node.state_dir, "device-plugin").map_err(anyhow::Error::msg)?;
     let policy = UnitPolicy {
         unit,
@@ -60,8 +70,7 @@ pub fn run(args: &Args, node: Node) -> Result<()> {
     ));
     if plugin.units().iter().all(|g| g.units == 0) {
         anyhow::bail!(
-            "{RESOURCE}: no GPU of this node offers a whole unit of {} ({:?})",
-            args.unit,
+            "{RESOURCE}: no GPU of this node offers a whole unit of {unit_text} ({:?})",
             plugin.units()
         );
     }
