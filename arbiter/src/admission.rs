@@ -294,6 +294,14 @@ impl Admission {
             .slices
             .get(id)
             .ok_or_else(|| AdmitError::NotFound(id.to_string()))?;
+        // The scheduler accounted this cap and guarantee from the claim: changing them here
+        // would make its sums differ from ours.
+        if self.policy.dra_only && (change.memory.is_some() || change.compute.is_some()) {
+            return Err(AdmitError::Refused {
+                id: id.to_string(),
+                refusal: Refusal::DraAccounted,
+            });
+        }
         let mut request = slice.request.clone();
         if let Some(m) = change.memory {
             request.memory = Some(m);

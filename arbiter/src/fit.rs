@@ -179,6 +179,9 @@ pub enum Refusal {
     /// `[admission] dra_only`: the node's GPUs are allocated by Kubernetes DRA, and this admit
     /// is not the kubelet plugin's.
     DraOnly,
+    /// `[admission] dra_only`: an update of the memory cap or the guarantee, which the
+    /// scheduler accounted from the slice's ResourceClaim.
+    DraAccounted,
 }
 
 impl fmt::Display for Refusal {
@@ -204,6 +207,11 @@ impl fmt::Display for Refusal {
                  only gpuslice-kubelet-plugin admits slices here, for prepared ResourceClaims; \
                  ask through a ResourceClaim of DeviceClass gpuslice.io instead of gpuslice.io/* \
                  annotations, GPUSLICE_* environment or `gpuslice run` (docs/dra.md)",
+            ),
+            Refusal::DraAccounted => f.write_str(
+                "its memory cap and guarantee are what Kubernetes DRA allocated to its \
+                 ResourceClaim ([admission] dra_only = true): ask for a new claim instead; \
+                 priority and the compute limit may still be changed (docs/dra.md)",
             ),
         }
     }

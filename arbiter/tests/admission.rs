@@ -602,6 +602,33 @@ fn dra_only_admits_the_kubelet_plugins_slices_and_refuses_the_rest() {
         }
     }
     assert_eq!(a.slices().count(), 1);
+    // The claim's cap and guarantee are the scheduler's: not changed here; priority and the
+    // limit are the node's.
+    let used = BTreeMap::new();
+    for change in [
+        Change {
+            memory: Some(MemoryRequest::Bytes(40 * GI)),
+            ..Change::default()
+        },
+        Change {
+            compute: Some(50),
+            ..Change::default()
+        },
+    ] {
+        let e = a.update(claim, &change, &used).unwrap_err();
+        assert_eq!(refusal(e.clone()), Refusal::DraAccounted);
+        assert!(e.to_string().contains("ResourceClaim"), "{e}");
+    }
+    a.update(
+        claim,
+        &Change {
+            priority: Some(Priority::High),
+            compute_limit: Some(80),
+            ..Change::default()
+        },
+        &used,
+    )
+    .unwrap();
     // Off (the default): the same admits go through.
     let mut open = node(&[("NVIDIA H100", 80 * GI)], Placement::Binpack);
     open.admit("a1b2c3", mem(GI), Owner::default()).unwrap();
