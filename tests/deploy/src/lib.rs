@@ -4,6 +4,7 @@
 
 pub mod strict;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -178,6 +179,41 @@ pub fn strs(v: &Value) -> Vec<&str> {
 /// The objects of `kind` (and `name`, when given).
 pub fn objects<'a>(all: &'a [Value], kind: &str) -> Vec<&'a Value> {
     all.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+/// The entry of `list` (containers, env, volumes …) whose `name` is `name`; panics without one.
+pub fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} in {list}"))
+}
+
+/// The section of `docs/<doc>` from the first heading starting with `heading` to the next
+/// heading; panics without one.
+pub fn doc_section(doc: &str, heading: &str) -> String {
+    let text = std::fs::read_to_string(repo_root().join("docs").join(doc)).unwrap();
+    let start = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/{doc} has no section {heading}"));
+    let end = text[start + 4..]
+        .find("\n#")
+        .map_or(text.len(), |e| start + 4 + e);
+    text[start..end].to_string()
+}
+
+/// The hostPath mounts of `container` in the Pod `spec`: host path → (path inside, read-only).
+pub fn host_mounts<'a>(
+    spec: &'a Value,
+    container: &'a Value,
+) -> BTreeMap<&'a str, (&'a str, bool)> {
+    let mut host = BTreeMap::new();
+    for m in container["volumeMounts"].as_array().into_iter().flatten() {
+        let v = named(&spec["volumes"], s(&m["name"]));
+        if let Some(p) = v["hostPath"]["path"].as_str() {
+            host.insert(p, (s(&m["mountPath"]), m["readOnly"] == true));
+        }
+    }
+    host
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use std::path::Path;
 use gpuslice_api::{Config, MemoryRequest, Priority};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
-use gpuslice_deploy_tests::{kubectl_or_skip, objects, render_strict, repo_root, s, strs};
+use gpuslice_deploy_tests::{
+    doc_section, host_mounts, kubectl_or_skip, named, objects, render_strict, repo_root, s, strs,
+};
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
 use gpuslice_kubelet_plugin::claim::ClaimRef;
 use gpuslice_kubelet_plugin::gpu::Gpu;
@@ -30,12 +32,6 @@ fn one<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
     let v = objects(objs, kind);
     assert_eq!(v.len(), 1, "one {kind}");
     v[0]
-}
-
-fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
-    list.as_array()
-        .and_then(|a| a.iter().find(|c| c["name"] == name))
-        .unwrap_or_else(|| panic!("no {name} in {list}"))
 }
 
 #[test]
@@ -173,24 +169,13 @@ fn dra_overlay_renders_and_follows_the_rules() {
     // docs/privileges.md.
     let volumes = spec["volumes"].as_array().unwrap();
     let volume = |name: &str| volumes.iter().find(|v| v["name"] == name).unwrap();
-    let doc = std::fs::read_to_string(repo_root().join("docs/privileges.md")).unwrap();
-    let start = doc
-        .find("### `gpuslice-kubelet-plugin`")
-        .expect("docs/privileges.md has a gpuslice-kubelet-plugin section");
-    let end = doc[start + 4..]
-        .find("\n#")
-        .map_or(doc.len(), |e| start + 4 + e);
-    let privileges = &doc[start..end];
-    let mut host = BTreeMap::new();
-    for m in plugin["volumeMounts"].as_array().unwrap() {
-        let v = volume(s(&m["name"]));
-        if let Some(p) = v["hostPath"]["path"].as_str() {
-            host.insert(p, (s(&m["mountPath"]), m["readOnly"] == true));
-            assert!(
-                privileges.contains(&format!("`{p}`")),
-                "hostPath {p} of kubelet-plugin has no row in docs/privileges.md's gpuslice-kubelet-plugin section"
-            );
-        }
+    let privileges = doc_section("privileges.md", "### `gpuslice-kubelet-plugin`");
+    let host = host_mounts(spec, plugin);
+    for p in host.keys() {
+        assert!(
+            privileges.contains(&format!("`{p}`")),
+            "hostPath {p} of kubelet-plugin has no row in docs/privileges.md's gpuslice-kubelet-plugin section"
+        );
     }
     let lib = "/usr/lib/x86_64-linux-gnu";
     assert_eq!(
