@@ -17,7 +17,8 @@
 //!
 //! A conflict (409) or a slice gone meanwhile (404 on update) starts the sync over from a fresh
 //! list, at most [`MAX_ATTEMPTS`] times. Every computed slice is checked by
-//! [`crate::validate`] before anything is sent.
+//! [`crate::validate`] before anything is sent. The slices are owned by this node's Node object
+//! (`ownerReferences`, read once with `get nodes`), so they go when the node is deleted.
 //!
 //! [`Publisher::run`] syncs at start, whenever the GPUs the node reports change (a GPU appears
 //! or disappears, or NVML stops answering for one: see [`crate::nvml`]), after a failed sync
@@ -29,7 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuslice_arbiter::fit::Policy;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -111,6 +114,10 @@ enum Failure {
 /// Publishes one node's pool.
 pub struct Publisher {
     api: Api<ResourceSlice>,
+    nodes: Api<Node>,
+    /// The Node object as owner of the slices (garbage collection when the node is deleted),
+    /// once it could be read.
+    owner: tokio::sync::Mutex<Option<OwnerReference>>,
     node: String,
     gpus: Arc<dyn GpuSource>,
     policy: Policy,
@@ -144,7 +151,9 @@ impl Publisher {
         publish: PublishPolicy,
     ) -> Self {
         Publisher {
-            api: Api::all(client),
+            api: Api::all(client.clone()),
+            nodes: Api::all(client),
+            owner: tokio::sync::Mutex::new(None),
             node: node.to_string(),
             gpus,
             policy,
@@ -208,7 +217,36 @@ impl Publisher {
         })
     }
 
+    /// This node's Node object as the slices' owner: read once; until it can be read (no
+    /// `get nodes` permission, the API down) slices are published without an owner.
+    async fn owner(&self) -> Option<OwnerReference> {
+        let mut cached = self.owner.lock().await;
+        if cached.is_none() {
+            match self.nodes.get(&self.node).await {
+                Ok(n) => {
+                    *cached = n.metadata.uid.map(|uid| OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: self.node.clone(),
+                        uid,
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    })
+                }
+                Err(e) => tracing::warn!(
+                    node = %self.node,
+                    "GET Node {}: {}; ResourceSlices are published without an owner (not \
+                     garbage-collected with the node)",
+                    self.node,
+                    describe(&e)
+                ),
+            }
+        }
+        cached.clone()
+    }
+
     async fn attempt(&self, gpus: &[Gpu]) -> Result<Published, Failure> {
+        let owner = self.owner().await;
         let listed = self
             .api
             .list(&ListParams::default().fields(&self.field_selector()))
@@ -216,8 +254,14 @@ impl Publisher {
             .map_err(|e| Failure::Fatal(self.api_error("list".into(), &e)))?;
         let ours = listed.items;
         let current = ours.iter().map(|s| s.spec.pool.generation).max();
-        let compute =
-            |generation| resource_slices(&self.node, gpus, &self.policy, &self.publish, generation);
+        let compute = |generation| {
+            let mut slices =
+                resource_slices(&self.node, gpus, &self.policy, &self.publish, generation);
+            for s in &mut slices {
+                s.metadata.owner_references = owner.clone().map(|o| vec![o]);
+            }
+            slices
+        };
         let same = compute(current.unwrap_or(0));
         for s in &same {
             let bad = validate::resource_slice(s);
@@ -234,6 +278,8 @@ impl Publisher {
             && same.iter().all(|want| {
                 ours.iter().any(|have| {
                     have.metadata.name == want.metadata.name
+                        && (want.metadata.owner_references.is_none()
+                            || have.metadata.owner_references == want.metadata.owner_references)
                         && contains(
                             &serde_json::to_value(&have.spec).unwrap_or_default(),
                             &serde_json::to_value(&want.spec).unwrap_or_default(),

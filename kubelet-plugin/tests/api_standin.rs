@@ -30,6 +30,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+const NODE_UID: &str = "0f1e2d3c-node-4000-8000-00000000000a";
 
 struct Env {
     rt: tokio::runtime::Runtime,
@@ -51,6 +52,7 @@ fn env(tag: &str) -> Env {
         .build()
         .unwrap();
     let api = StandIn::start(&rt);
+    api.state().nodes.insert(NODE.into(), NODE_UID.into());
     let dir = std::env::temp_dir().join(format!("gs-kp-api-{tag}-{}", std::process::id()));
     let kc = api.kubeconfig(&dir);
     let client = rt.block_on(connect(Some(&kc), TIMEOUT)).unwrap();
@@ -100,6 +102,19 @@ fn standin_api_publisher_creates_the_pool_and_leaves_it_alone_when_unchanged() {
     assert_eq!(s.spec.node_name.as_deref(), Some(NODE));
     assert_eq!(s.spec.pool.name, NODE);
     assert_eq!(s.spec.pool.resource_slice_count, 1);
+    // Owned by the Node (garbage-collected with it).
+    let owners = s.metadata.owner_references.clone().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (
+            owners[0].kind.as_str(),
+            owners[0].name.as_str(),
+            owners[0].uid.as_str()
+        ),
+        ("Node", NODE, NODE_UID)
+    );
+    assert_eq!(owners[0].api_version, "v1");
+    assert_eq!(owners[0].controller, Some(true));
     // What the stand-in stored is exactly the computed slice (plus the server's metadata).
     let mut want = resource_slices(
         NODE,
@@ -611,4 +626,22 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
         .clone()
         .unwrap();
     assert!(node.arbiter.slices().is_empty());
+}
+
+#[test]
+fn standin_api_publisher_without_the_node_object_publishes_unowned_then_adopts() {
+    let e = env("owner");
+    e.api.state().nodes.clear();
+    let p = publisher(&e, Arc::new(StaticGpus(gpus())));
+    let r = e.rt.block_on(p.sync()).unwrap();
+    assert_eq!(r.created.len(), 1);
+    assert!(stored(&e)[0].metadata.owner_references.is_none());
+    // The Node can be read later (RBAC fixed, API back): the next sync sets the owner.
+    e.api.state().nodes.insert(NODE.into(), NODE_UID.into());
+    let r = e.rt.block_on(p.sync()).unwrap();
+    assert_eq!((r.updated.len(), r.generation), (1, 1), "{r:?}");
+    let owners = stored(&e)[0].metadata.owner_references.clone().unwrap();
+    assert_eq!(owners[0].uid, NODE_UID);
+    // And then it is left alone.
+    assert!(!e.rt.block_on(p.sync()).unwrap().changed());
 }

@@ -2,6 +2,7 @@
 //! these tests run on, so this small HTTP/1 server on loopback implements only the REST calls the
 //! plugin makes, the way the API server answers them:
 //!
+//! * `GET /api/v1/nodes/{name}` (the slices' owner)
 //! * `GET /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}`
 //! * `GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=…` (only `spec.nodeName` and
 //!   `spec.driver`, the field labels the API server supports for ResourceSlices; any other is a
@@ -52,6 +53,8 @@ pub struct State {
     pub claims: BTreeMap<(String, String), ResourceClaim>,
     /// ResourceSlices by name.
     pub slices: BTreeMap<String, ResourceSlice>,
+    /// Nodes: name → UID.
+    pub nodes: BTreeMap<String, String>,
     /// Answer 503 to everything.
     pub down: bool,
     /// Before each of the next N PUTs / DELETEs of a slice, a concurrent writer changes it (its
@@ -255,6 +258,21 @@ fn route(
     query: &str,
     body: &[u8],
 ) -> (StatusCode, Value) {
+    if let Some(name) = path.strip_prefix("/api/v1/nodes/") {
+        return match (method, s.nodes.get(name)) {
+            (&Method::GET, Some(uid)) => (
+                StatusCode::OK,
+                json!({"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": name, "uid": uid, "resourceVersion": "1"}}),
+            ),
+            (&Method::GET, None) => not_found("nodes", name),
+            _ => status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                format!("{method} {path}: not implemented by the API stand-in"),
+            ),
+        };
+    }
     let Some(rest) = path.strip_prefix(PREFIX) else {
         return status(
             StatusCode::NOT_FOUND,

@@ -66,12 +66,19 @@ fn dra_overlay_renders_and_follows_the_rules() {
         "device.driver == \"gpuslice.io\""
     );
 
-    // RBAC: ResourceSlices (create/update/delete/list/watch) and ResourceClaims (get), no more.
+    // RBAC: ResourceSlices (create/update/delete/list/watch), ResourceClaims (get) and Nodes
+    // (get: the slices' owner), no more.
     let role = one(&objs, "ClusterRole");
     let mut rules: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
     for r in role["rules"].as_array().unwrap() {
-        assert_eq!(strs(&r["apiGroups"]), ["resource.k8s.io"], "{r}");
+        let group = strs(&r["apiGroups"]);
         for res in strs(&r["resources"]) {
+            let want: &[&str] = if res == "nodes" {
+                &[""]
+            } else {
+                &["resource.k8s.io"]
+            };
+            assert_eq!(group, want, "{r}");
             rules
                 .entry(res.to_string())
                 .or_default()
@@ -80,8 +87,9 @@ fn dra_overlay_renders_and_follows_the_rules() {
     }
     assert_eq!(
         rules.keys().collect::<Vec<_>>(),
-        ["resourceclaims", "resourceslices"]
+        ["nodes", "resourceclaims", "resourceslices"]
     );
+    assert_eq!(rules["nodes"], BTreeSet::from(["get"]));
     assert_eq!(rules["resourceclaims"], BTreeSet::from(["get"]));
     for v in ["create", "update", "delete", "list", "watch"] {
         assert!(rules["resourceslices"].contains(v), "resourceslices {v}");
