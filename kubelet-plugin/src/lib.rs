@@ -25,6 +25,7 @@ pub mod gpu;
 pub mod grpc;
 pub mod nvml;
 pub mod plan;
+pub mod privileges;
 pub mod proto;
 pub mod publish;
 pub mod quantity;

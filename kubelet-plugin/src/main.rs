@@ -119,6 +119,8 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     // Paths and configuration resolved the way every gpuslice binary does.
     let settings = Settings::load(cli.config.clone(), cli.state_dir.clone())?;
+    // Before NVML or the async runtime: capabilities are per thread (docs/privileges.md).
+    gpuslice_kubelet_plugin::privileges::drop_all().context("dropping capabilities")?;
     let config = &settings.config;
     let nvml = std::env::var_os("GPUSLICE_NVML_LIBRARY")
         .map(PathBuf::from)

@@ -105,6 +105,8 @@ fn binary_publishes_serves_and_stops_on_sigterm_against_the_api_standin() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Serving with every capability dropped (as root).
+    common::assert_no_capabilities(p.0.id());
     let slices: Vec<_> = api.state().slices.values().cloned().collect();
     assert_eq!(slices.len(), 1);
     let s = &slices[0];

@@ -4,6 +4,8 @@
 //! lists its units all `Unhealthy` (nothing can be admitted), refuses a second mode on the same
 //! node, and on SIGTERM stops and removes its socket.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,6 +83,8 @@ fn binary_device_plugin_registers_lists_refuses_a_second_mode_and_stops() {
         .block_on(kubelet.wait_devices("the first list", wait, |d| !d.is_empty()))
         .unwrap();
     assert!(!devices.is_empty());
+    // Registered and listing with every capability dropped (as root).
+    common::assert_no_capabilities(child.id());
     // No arbiter: nothing could be admitted, so no unit is offered as healthy.
     assert!(devices.iter().all(|d| d.health == UNHEALTHY), "{devices:?}");
     // The DRA mode on the same node is refused while this one runs.

@@ -286,3 +286,30 @@ impl<'a> ClaimSpec<'a> {
         }
     }
 }
+
+/// When the test runs as root: the plugin process `pid` holds no capability in any set and has
+/// `no_new_privs` (it dropped them at start, `docs/privileges.md`). `false` when not root
+/// (nothing to check: an unprivileged plugin holds none anyway).
+pub fn assert_no_capabilities(pid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return false;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_else(|| panic!("no {k} in /proc/{pid}/status"))
+    };
+    for set in ["CapEff:", "CapPrm:", "CapBnd:", "CapInh:", "CapAmb:"] {
+        assert_eq!(
+            u64::from_str_radix(&field(set), 16).unwrap(),
+            0,
+            "{set} of the plugin (pid {pid})"
+        );
+    }
+    assert_eq!(field("NoNewPrivs:"), "1");
+    true
+}
