@@ -222,17 +222,7 @@ fn main() -> Result<()> {
         };
         let serving = async {
             let r = serve(&sockets, Arc::new(driver), async move {
-                let mut term =
-                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        Ok(s) => s,
-                        Err(_) => return std::future::pending().await,
-                    };
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-                tracing::info!("stopping");
+                gpuslice_kubelet_plugin::serve::stop_signal().await;
                 let _ = stop_tx.send(true);
             })
             .await;

@@ -6,10 +6,11 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::Server;
+use tonic::transport::{Endpoint, Server, Uri};
 
 use crate::driver::Driver;
 use crate::grpc::{Dra, Registration};
@@ -101,4 +102,36 @@ pub async fn serve(
     let _ = std::fs::remove_file(&reg_path);
     let _ = std::fs::remove_file(&dra_path);
     result.map(|_| ()).context("gRPC server")
+}
+
+/// Resolves on SIGTERM (the DaemonSet's stop) or SIGINT, logging "stopping": the shutdown
+/// future both modes hand their servers.
+pub async fn stop_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping");
+}
+
+/// A gRPC channel to a unix socket.
+pub async fn unix_channel(
+    path: &Path,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(Duration::from_secs(5))
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let p = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(p).await?,
+                ))
+            }
+        }))
+        .await
 }

@@ -14,7 +14,7 @@ use gpuslice_api::{MemoryRequest, Priority};
 use gpuslice_kubelet_plugin::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
 use gpuslice_kubelet_plugin::serve::{serve, Sockets};
 use tokio::sync::oneshot;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 /// How a bad case prepares the node.
 type Setup = Box<dyn Fn(&Node)>;
@@ -31,17 +31,7 @@ async fn channel(path: &Path) -> Channel {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let path = path.to_path_buf();
-    Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let p = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(p).await?,
-                ))
-            }
-        }))
+    gpuslice_kubelet_plugin::serve::unix_channel(path)
         .await
         .unwrap()
 }

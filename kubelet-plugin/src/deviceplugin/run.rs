@@ -79,16 +79,5 @@ pub fn run(args: &Args, node: Node) -> Result<()> {
     };
     let poll = Duration::from_secs(args.device_plugin_poll.max(1));
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(serve(&paths, plugin, poll, async {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::info!("stopping");
-    }))
+    rt.block_on(serve(&paths, plugin, poll, crate::serve::stop_signal()))
 }

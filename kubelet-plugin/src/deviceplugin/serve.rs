@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Endpoint, Server, Uri};
+use tonic::transport::Server;
 
 use super::service::{options, Plugin, Service};
 use super::{API_VERSION, KUBELET_SOCKET, RESOURCE, SOCKET};
@@ -22,24 +22,6 @@ use crate::serve::listen;
 
 fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// A gRPC channel to a unix socket.
-pub async fn unix_channel(
-    path: &Path,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://[::]:50051")
-        .connect_timeout(Duration::from_secs(5))
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let p = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(p).await?,
-                ))
-            }
-        }))
-        .await
 }
 
 enum RegisterError {
@@ -52,7 +34,7 @@ enum RegisterError {
 async fn register(kubelet: &Path) -> Result<(u64, u64), RegisterError> {
     let id = identity(kubelet)
         .ok_or_else(|| RegisterError::Retry(format!("{} is not there", kubelet.display())))?;
-    let ch = unix_channel(kubelet)
+    let ch = crate::serve::unix_channel(kubelet)
         .await
         .map_err(|e| RegisterError::Retry(format!("connecting to {}: {e}", kubelet.display())))?;
     let mut client = api::registration_client::RegistrationClient::new(ch);

@@ -18,9 +18,9 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
-use super::serve::unix_channel;
 use super::{API_VERSION, HEALTHY, KUBELET_SOCKET};
 use crate::proto::deviceplugin as api;
+use crate::serve::unix_channel;
 
 /// kubelet's `Registration` service: every request of the right version is passed on.
 struct Registration(tokio::sync::mpsc::UnboundedSender<api::RegisterRequest>);
