@@ -105,3 +105,11 @@ impl SimNode {
         ]
     }
 }
+
+/// `KEY=VALUE` strings (as [`SimNode::container_env`] gives them) as `(KEY, VALUE)` pairs, what
+/// CRI's `ContainerConfig.envs` takes.
+pub fn env_pairs(kvs: impl IntoIterator<Item = String>) -> Vec<(String, String)> {
+    kvs.into_iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
+        .collect()
+}

@@ -154,3 +154,30 @@ fn capped(out: &str, cap: u64, nvml: &std::collections::BTreeMap<String, String>
     );
     Ok(())
 }
+
+/// One row of the dist tree's `gpuslice doctor` run with `args` and `env`, engines looked up
+/// first in `bin_dir`: `(status, detail)` of the row named `row` (`containerd-daemon`, …).
+pub fn doctor_row(
+    args: &[&std::ffi::OsStr],
+    env: &[(String, String)],
+    bin_dir: &std::path::Path,
+    row: &str,
+) -> Result<(String, String)> {
+    let out = std::process::Command::new(crate::paths::product("gpuslice"))
+        .arg("doctor")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env(
+            "PATH",
+            format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin_dir.display()),
+        )
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(row))
+        .with_context(|| format!("no {row} row:\n{text}"))?;
+    let mut f = line.split_whitespace().skip(1);
+    let status = f.next().unwrap_or("").to_string();
+    Ok((status, f.collect::<Vec<_>>().join(" ")))
+}

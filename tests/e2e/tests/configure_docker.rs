@@ -14,7 +14,7 @@ use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths::{self, DockerBins};
 use gpuslice_e2e::procs::run_ok;
-use gpuslice_e2e::suite::{assert_one_gib_slice, info_and_fill, stdout_ok, Node};
+use gpuslice_e2e::suite::{self, assert_one_gib_slice, info_and_fill, stdout_ok, Node};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
@@ -153,7 +153,7 @@ fn configure_docker_26_keeps_the_users_keys() -> Result<()> {
     configured("26", "1.7")
 }
 
-/// `gpuslice doctor`'s `docker-daemon` row for this dockerd: (status, whole row).
+/// `gpuslice doctor`'s `docker-daemon` row for this dockerd: (status, detail).
 fn doctor_row(
     d: &DockerBins,
     cfg: &Path,
@@ -161,31 +161,17 @@ fn doctor_row(
     env: &[(String, String)],
 ) -> Result<(String, String)> {
     let dir = cfg.parent().context("daemon.json's directory")?;
-    let doc = Command::new(paths::product("gpuslice"))
-        .arg("doctor")
-        .arg("--docker-config")
-        .arg(cfg)
-        .arg("--docker-socket")
-        .arg(sock)
-        .arg("--containerd-config")
-        .arg(dir.join("absent-containerd.toml"))
-        .arg("--crio-dir")
-        .arg(dir.join("absent-crio"))
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env(
-            "PATH",
-            format!(
-                "{}:/usr/sbin:/usr/bin:/sbin:/bin",
-                d.docker.parent().context("docker's directory")?.display()
-            ),
-        )
-        .output()?;
-    let text = String::from_utf8_lossy(&doc.stdout).into_owned();
-    let row = text
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some("docker-daemon"))
-        .with_context(|| format!("no docker-daemon row:\n{text}"))?
-        .to_string();
-    let status = row.split_whitespace().nth(1).unwrap_or("").to_string();
-    Ok((status, row))
+    let (containerd, crio) = (dir.join("absent-containerd.toml"), dir.join("absent-crio"));
+    let args = [
+        "--docker-config".as_ref(),
+        cfg.as_os_str(),
+        "--docker-socket".as_ref(),
+        sock.as_os_str(),
+        "--containerd-config".as_ref(),
+        containerd.as_os_str(),
+        "--crio-dir".as_ref(),
+        crio.as_os_str(),
+    ];
+    let bin_dir = d.docker.parent().context("docker's directory")?;
+    suite::doctor_row(&args, env, bin_dir, "docker-daemon")
 }

@@ -28,7 +28,7 @@ use gpuslice_e2e::gate::{containerd_needs, require};
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths::{self, ContainerdBins};
 use gpuslice_e2e::procs::run_ok;
-use gpuslice_e2e::suite::{assert_one_gib_slice, info_and_fill, Node};
+use gpuslice_e2e::suite::{self, assert_one_gib_slice, info_and_fill, Node};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -235,12 +235,7 @@ fn stock_case(tag: &str, series: &str, stock: Stock) -> Result<()> {
         "default handler:\n{out}"
     );
 
-    let env = node
-        .sim
-        .container_env()
-        .into_iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
-        .collect();
+    let env = gpuslice_e2e::sim::env_pairs(node.sim.container_env());
     let sliced = ContainerSpec {
         name: "sliced".into(),
         command: info_and_fill(),
@@ -307,30 +302,19 @@ fn doctor_row(
     dir: &Path,
     arbiter: &Arbiter,
 ) -> Result<(String, String)> {
-    let out = Command::new(paths::product("gpuslice"))
-        .arg("doctor")
-        .arg("--containerd-config")
-        .arg(cfg)
-        .arg("--containerd-address")
-        .arg(dir.join("c.sock"))
-        .arg("--docker-config")
-        .arg(dir.join("absent-daemon.json"))
-        .arg("--crio-dir")
-        .arg(dir.join("absent-crio"))
-        .envs(arbiter.client_env())
-        .env(
-            "PATH",
-            format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bins.bin.display()),
-        )
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let line = text
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some("containerd-daemon"))
-        .with_context(|| format!("no containerd-daemon row:\n{text}"))?;
-    let mut f = line.split_whitespace().skip(1);
-    let status = f.next().unwrap_or("").to_string();
-    Ok((status, f.collect::<Vec<_>>().join(" ")))
+    let sock = dir.join("c.sock");
+    let (docker, crio) = (dir.join("absent-daemon.json"), dir.join("absent-crio"));
+    let args = [
+        "--containerd-config".as_ref(),
+        cfg.as_os_str(),
+        "--containerd-address".as_ref(),
+        sock.as_os_str(),
+        "--docker-config".as_ref(),
+        docker.as_os_str(),
+        "--crio-dir".as_ref(),
+        crio.as_os_str(),
+    ];
+    suite::doctor_row(&args, &arbiter.client_env(), &bins.bin, "containerd-daemon")
 }
 
 #[test]

@@ -36,12 +36,7 @@ fn slices(state_dir: &std::path::Path) -> BTreeSet<String> {
 }
 
 fn container(node: &Node, name: &str) -> ContainerSpec {
-    let env = node
-        .sim
-        .container_env()
-        .into_iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
-        .collect();
+    let env = gpuslice_e2e::sim::env_pairs(node.sim.container_env());
     ContainerSpec {
         name: name.into(),
         // Hold the 1 GiB for a while so both containers hold their slices at the same time.

@@ -26,10 +26,7 @@ const T: Duration = Duration::from_secs(120);
 const SERIES: &str = "1.7";
 
 fn container(node: &Node, name: &str, annotations: Vec<(String, String)>) -> ContainerSpec {
-    let mut env: Vec<(String, String)> = cdi::container_env()
-        .into_iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
-        .collect();
+    let mut env: Vec<(String, String)> = gpuslice_e2e::sim::env_pairs(cdi::container_env());
     env.push(("GPUSLICE_MEMORY".into(), "1Gi".into()));
     let mut command = cdi::command();
     // Hold the 1 GiB for a while so both containers hold their slices at the same time.

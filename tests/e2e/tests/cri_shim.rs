@@ -56,12 +56,7 @@ fn wait_slices(state_dir: &Path, want: &BTreeSet<String>, timeout: Duration) -> 
 }
 
 fn container(node: &Node, name: &str) -> ContainerSpec {
-    let env = node
-        .sim
-        .container_env()
-        .into_iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
-        .collect();
+    let env = gpuslice_e2e::sim::env_pairs(node.sim.container_env());
     ContainerSpec {
         name: name.into(),
         // Hold the 1 GiB for a while so both containers hold their slices at the same time.

@@ -57,11 +57,8 @@ fn status(arbiter: &Arbiter) -> Result<NodeStatus> {
 /// it got for a while, so the three Pods hold their slices at once), the simulated node's
 /// environment and mounts, and the environment `Allocate` returned.
 fn container(node: &Node, name: &str, allocate_env: &[(String, String)]) -> ContainerSpec {
-    let env = node
-        .sim
-        .container_env()
+    let env = gpuslice_e2e::sim::env_pairs(node.sim.container_env())
         .into_iter()
-        .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
         .chain(allocate_env.iter().cloned())
         .collect();
     ContainerSpec {

@@ -222,10 +222,7 @@ impl Env {
         ContainerSpec {
             name: name.into(),
             command: vec!["/bin/sh".into(), "-c".into(), script],
-            env: cdi::container_env()
-                .into_iter()
-                .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
-                .collect(),
+            env: gpuslice_e2e::sim::env_pairs(cdi::container_env()),
             mounts: cdi::container_binds(&self.node),
             annotations: vec![],
         }
