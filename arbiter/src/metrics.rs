@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use gpuslice_api::{ErrorCode, SliceStatus};
+use gpuslice_region::liveness::ProcessTable;
 use gpuslice_region::{Limits, Usage};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
@@ -157,14 +158,22 @@ fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
 }
 
 /// Measured use of a slice (bytes per slice device, live processes) from its `usage` file,
-/// validated and clamped by the region crate. `None` without region files.
-pub fn slice_usage(dir: &Path, slice: &SliceStatus) -> Option<(Vec<u64>, usize)> {
+/// validated and clamped by the region crate. `None` without region files. Processes are
+/// judged in the owner's pid namespace, found in `procs` (one `/proc` scan for all slices);
+/// without `procs` none is judged (and 0 counted): the bytes alone need no `/proc`.
+pub fn slice_usage(
+    dir: &Path,
+    slice: &SliceStatus,
+    procs: Option<&ProcessTable>,
+) -> Option<(Vec<u64>, usize)> {
     let limits = Limits::open(dir).ok()?;
     let n = limits.device_count().min(slice.devices.len());
     let usage = Usage::open_read_only(dir, n).ok()?;
     let caps: Vec<u64> = (0..n).map(|d| limits.memory_cap(d)).collect();
-    // Records carry pids of the tenant's pid namespace: judged in the owner's.
-    let snap = usage.snapshot_for_owner(&caps, slice.owner.pid);
+    let snap = match procs {
+        Some(p) => usage.snapshot_for_owner(&caps, slice.owner.pid, p),
+        None => usage.snapshot_by(&caps, &|_, _| false),
+    };
     Some((snap.used, snap.processes.len()))
 }
 
@@ -172,7 +181,7 @@ pub fn slice_usage(dir: &Path, slice: &SliceStatus) -> Option<(Vec<u64>, usize)>
 /// slice's `usage` file (validated, clamped to the current caps: a tenant can at most make its
 /// own warning appear); empty without region files.
 pub fn measured_use(dir: &Path, slice: &SliceStatus) -> BTreeMap<String, u64> {
-    let Some((used, _)) = slice_usage(dir, slice) else {
+    let Some((used, _)) = slice_usage(dir, slice, None) else {
         return BTreeMap::new();
     };
     slice
@@ -219,8 +228,9 @@ pub fn render(src: &Sources) -> String {
     let procs = gauge_family();
     let guarantee = gauge_family();
     let limit = gauge_family();
+    let table = ProcessTable::scan(Path::new("/proc"));
     for s in &slices {
-        let measured = slice_usage(&src.state_dir.join(&s.slice_id), s);
+        let measured = slice_usage(&src.state_dir.join(&s.slice_id), s, Some(&table));
         if let Some((_, n)) = &measured {
             procs
                 .get_or_create(&labels(&[("slice", &s.slice_id)]))

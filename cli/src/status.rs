@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use gpuslice_api::{BackstopEvent, NodeStatus, Priority};
+use gpuslice_region::liveness::ProcessTable;
 use gpuslice_region::{Limits, Usage};
 use serde::{Deserialize, Serialize};
 
@@ -82,13 +83,18 @@ pub struct StatusView {
 }
 
 /// Measured use of the slice in `dir`: per slice device (bytes, pids), or `None`.
-fn measured(dir: &Path, devices: usize, owner: Option<u32>) -> Option<(Vec<u64>, Vec<u32>)> {
+fn measured(
+    dir: &Path,
+    devices: usize,
+    owner: Option<u32>,
+    procs: &ProcessTable,
+) -> Option<(Vec<u64>, Vec<u32>)> {
     let limits = Limits::open(dir).ok()?;
     let n = limits.device_count().min(devices);
     let usage = Usage::open_read_only(dir, n).ok()?;
     let caps: Vec<u64> = (0..n).map(|d| limits.memory_cap(d)).collect();
     // Records carry pids of the tenant's pid namespace: judged in the owner's.
-    let snap = usage.snapshot_for_owner(&caps, owner);
+    let snap = usage.snapshot_for_owner(&caps, owner, procs);
     let pids = snap.processes.iter().map(|p| p.pid).collect();
     Some((snap.used, pids))
 }
@@ -109,8 +115,14 @@ impl StatusView {
                 slices: Vec::new(),
             })
             .collect();
+        let procs = ProcessTable::scan(Path::new("/proc"));
         for s in &status.slices {
-            let m = measured(&state_dir.join(&s.slice_id), s.devices.len(), s.owner.pid);
+            let m = measured(
+                &state_dir.join(&s.slice_id),
+                s.devices.len(),
+                s.owner.pid,
+                &procs,
+            );
             for (i, a) in s.devices.iter().enumerate() {
                 let Some(dev) = devices.iter_mut().find(|d| d.uuid == a.uuid) else {
                     continue;

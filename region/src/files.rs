@@ -564,12 +564,16 @@ impl Usage {
     }
 
     /// [`Usage::snapshot`] for a reader on the host: records are judged in the pid namespace of
-    /// `owner` (the host pid of the slice's owner: a container's init, a bare process), so a
-    /// container's processes are seen as alive; without an owner (or one that is gone), in the
-    /// reader's own namespace.
-    pub fn snapshot_for_owner(&self, caps: &[u64], owner: Option<u32>) -> UsageSnapshot {
-        let proc_root = std::path::Path::new("/proc");
-        match owner.and_then(|p| crate::liveness::PidNamespace::of(proc_root, p)) {
+    /// `owner` (the host pid of the slice's owner: a container's init, a bare process), found in
+    /// `procs` (one scan of `/proc` serves every slice), so a container's processes are seen as
+    /// alive; without an owner (or one that is gone), in the reader's own namespace.
+    pub fn snapshot_for_owner(
+        &self,
+        caps: &[u64],
+        owner: Option<u32>,
+        procs: &crate::liveness::ProcessTable,
+    ) -> UsageSnapshot {
+        match owner.and_then(|p| procs.namespace_of(p)) {
             Some(ns) => self.snapshot_by(caps, &|pid, start| ns.alive(pid, start)),
             None => self.snapshot(caps),
         }

@@ -135,35 +135,54 @@ pub struct PidNamespace {
     same_as_reader: bool,
 }
 
-impl PidNamespace {
-    /// The namespace of host process `member`, read from `proc_root` (`/proc`). `None` when
-    /// `member` is gone or its namespace cannot be read.
-    pub fn of(proc_root: &std::path::Path, member: u32) -> Option<PidNamespace> {
-        let ns = std::fs::read_link(proc_root.join(member.to_string()).join("ns/pid")).ok()?;
-        let mine = std::fs::read_link(proc_root.join("self/ns/pid")).ok();
-        if mine.as_ref() == Some(&ns) {
+/// Every process of the host's `/proc` by pid namespace, read once (one `readlink` each) so
+/// that the namespaces of many slices are found without a pass over `/proc` per slice.
+#[derive(Debug, Default, Clone)]
+pub struct ProcessTable {
+    root: std::path::PathBuf,
+    mine: Option<std::path::PathBuf>,
+    by_ns: std::collections::HashMap<std::path::PathBuf, Vec<u32>>,
+}
+
+impl ProcessTable {
+    /// One pass over `proc_root` (`/proc`). Empty (no namespace found) when it cannot be read.
+    pub fn scan(proc_root: &std::path::Path) -> ProcessTable {
+        let mut by_ns: std::collections::HashMap<std::path::PathBuf, Vec<u32>> = Default::default();
+        for e in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Ok(ns) = std::fs::read_link(e.path().join("ns/pid")) {
+                by_ns.entry(ns).or_default().push(pid);
+            }
+        }
+        ProcessTable {
+            root: proc_root.to_path_buf(),
+            mine: std::fs::read_link(proc_root.join("self/ns/pid")).ok(),
+            by_ns,
+        }
+    }
+
+    /// The namespace of host process `member`; `None` when `member` is gone or its namespace
+    /// cannot be read. Reads only that namespace's members.
+    pub fn namespace_of(&self, member: u32) -> Option<PidNamespace> {
+        let ns = std::fs::read_link(self.root.join(member.to_string()).join("ns/pid")).ok()?;
+        if self.mine.as_ref() == Some(&ns) {
             return Some(PidNamespace {
                 members: Default::default(),
                 same_as_reader: true,
             });
         }
         let mut members = std::collections::HashMap::new();
-        for e in std::fs::read_dir(proc_root).ok()?.flatten() {
-            let name = e.file_name();
-            let Some(host_pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let dir = e.path();
-            if std::fs::read_link(dir.join("ns/pid")).ok().as_ref() != Some(&ns) {
-                continue;
-            }
-            let Some(inner) = std::fs::read_to_string(dir.join("status"))
-                .ok()
-                .and_then(|t| innermost_nspid(&t))
+        for &host_pid in self.by_ns.get(&ns).into_iter().flatten() {
+            let Some(inner) =
+                std::fs::read_to_string(self.root.join(host_pid.to_string()).join("status"))
+                    .ok()
+                    .and_then(|t| innermost_nspid(&t))
             else {
                 continue;
             };
-            if let Ok(Some((state, start))) = stat_of_at(proc_root, host_pid) {
+            if let Ok(Some((state, start))) = stat_of_at(&self.root, host_pid) {
                 if !matches!(state, b'Z' | b'X' | b'x') {
                     members.insert(inner, start);
                 }
@@ -173,6 +192,15 @@ impl PidNamespace {
             members,
             same_as_reader: false,
         })
+    }
+}
+
+impl PidNamespace {
+    /// The namespace of host process `member`, read from `proc_root` (`/proc`). `None` when
+    /// `member` is gone or its namespace cannot be read. For many slices, scan once with
+    /// [`ProcessTable`].
+    pub fn of(proc_root: &std::path::Path, member: u32) -> Option<PidNamespace> {
+        ProcessTable::scan(proc_root).namespace_of(member)
     }
 
     /// Whether the process (`pid` in this namespace, `start` time) is alive.
