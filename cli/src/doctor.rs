@@ -116,11 +116,16 @@ pub fn run_checks(i: &Inputs) -> Vec<Check> {
     let mut engines = Vec::new();
     // The running daemon is checked where its files are configured for gpuslice.
     if present("containerd", &i.containerd_config) {
-        let file = containerd(i);
-        let ok = file.level == Level::Ok;
-        engines.push(file);
-        if ok {
-            engines.extend(containerd_live(i));
+        match load_containerd(i) {
+            Err(row) => engines.push(row),
+            Ok(files) => {
+                let file = containerd(i, &files);
+                let ok = file.level == Level::Ok;
+                engines.push(file);
+                if ok {
+                    engines.extend(containerd_live(i, &files));
+                }
+            }
         }
     }
     if present("dockerd", &i.docker_config) {
@@ -155,16 +160,10 @@ pub fn run_checks(i: &Inputs) -> Vec<Check> {
     v
 }
 
-/// The running containerd (socket from the config unless given).
-fn containerd_live(i: &Inputs) -> Option<Check> {
-    let p = &i.containerd_config;
-    let doc = read_optional(p)
-        .ok()
-        .flatten()
-        .and_then(|t| tomlx::parse(p, &t).ok());
+/// The running containerd (socket from the config unless given), for the `files` loaded.
+fn containerd_live(i: &Inputs, files: &[(PathBuf, toml_edit::DocumentMut)]) -> Option<Check> {
     let address = i.containerd_address.clone().unwrap_or_else(|| {
-        doc.as_ref()
-            .and_then(|d| tomlx::get_table(d.as_table(), &["grpc"]))
+        tomlx::get_table(files[0].1.as_table(), &["grpc"])
             .and_then(|g| g.get("address"))
             .and_then(Item::as_str)
             .filter(|a| !a.is_empty())
@@ -173,14 +172,10 @@ fn containerd_live(i: &Inputs) -> Option<Check> {
                 PathBuf::from,
             )
     });
-    let mut files: Vec<PathBuf> = vec![p.clone()];
-    if let Some(d) = &doc {
-        files.extend(imported_files(d, p));
-    }
-    files.retain(|f| f.exists());
+    let paths: Vec<PathBuf> = files.iter().map(|(f, _)| f.clone()).collect();
     crate::doctor_live::containerd(&crate::doctor_live::ContainerdLive {
-        config: p,
-        files: &files,
+        config: &i.containerd_config,
+        files: &paths,
         address,
         path: i.search_path.as_deref(),
     })
@@ -529,50 +524,67 @@ fn imported_files(doc: &toml_edit::DocumentMut, config: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn containerd(i: &Inputs) -> Check {
-    let p = &i.containerd_config;
-    let fix = format!(
+fn containerd_fix(p: &Path) -> String {
+    format!(
         "gpuslice configure containerd --file {} && systemctl restart containerd",
         p.display()
-    );
+    )
+}
+
+/// containerd's main config and the imports it names that exist, parsed (in load order), or
+/// the row saying why they cannot be read.
+fn load_containerd(i: &Inputs) -> Result<Vec<(PathBuf, toml_edit::DocumentMut)>, Check> {
+    let p = &i.containerd_config;
+    let fix = containerd_fix(p);
     let text = match read_optional(p) {
         Ok(Some(t)) => t,
         Ok(None) => {
-            return Check::bad(
+            return Err(Check::bad(
                 "containerd",
                 Level::Warn,
                 format!("{} missing (containerd not installed here?)", p.display()),
                 fix,
-            )
+            ))
         }
-        Err(e) => return Check::bad("containerd", Level::Fail, e.to_string(), fix),
+        Err(e) => return Err(Check::bad("containerd", Level::Fail, e.to_string(), fix)),
     };
     let doc = match tomlx::parse(p, &text) {
         Ok(d) => d,
         Err(e) => {
-            return Check::bad(
+            return Err(Check::bad(
                 "containerd",
                 Level::Fail,
                 e.to_string(),
                 format!("fix the syntax error, then: {fix}"),
-            )
+            ))
         }
     };
-    let version = match version_of(&doc, p) {
-        Ok(v) => v,
-        Err(e) => return Check::bad("containerd", Level::Fail, e.to_string(), fix),
-    };
-    let keys = cri_keys(version).unwrap_or(["plugins", "cri"]);
+    // An unknown version is refused before any import is read.
+    if let Err(e) = version_of(&doc, p) {
+        return Err(Check::bad("containerd", Level::Fail, e.to_string(), fix));
+    }
     // Imports are read after the main file: the last class found wins.
     let mut files = vec![(p.clone(), doc)];
     for f in imported_files(&files[0].1, p) {
         if let Ok(Some(t)) = read_optional(&f) {
             match tomlx::parse(&f, &t) {
                 Ok(d) => files.push((f, d)),
-                Err(e) => return Check::bad("containerd", Level::Fail, e.to_string(), fix),
+                Err(e) => return Err(Check::bad("containerd", Level::Fail, e.to_string(), fix)),
             }
         }
     }
+    Ok(files)
+}
+
+/// The `gpuslice` class in the loaded files (the last one found wins, as in containerd).
+fn containerd(i: &Inputs, files: &[(PathBuf, toml_edit::DocumentMut)]) -> Check {
+    let p = &i.containerd_config;
+    let fix = containerd_fix(p);
+    let version = match version_of(&files[0].1, p) {
+        Ok(v) => v,
+        Err(e) => return Check::bad("containerd", Level::Fail, e.to_string(), fix),
+    };
+    let keys = cri_keys(version).unwrap_or(["plugins", "cri"]);
     let found = files.iter().rev().find_map(|(f, d)| {
         tomlx::get_table(d.as_table(), &keys)
             .and_then(|c| tomlx::get_table(c, &["containerd", "runtimes", CLASS]))
