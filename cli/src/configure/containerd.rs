@@ -181,11 +181,7 @@ fn render_drop_in(
     };
     if let Some(mut prev) = previous_class {
         tomlx::forget_positions(&mut prev);
-        let default_name = get_table(&cri, &["containerd"])
-            .and_then(|c| c.get("default_runtime_name"))
-            .and_then(Item::as_str)
-            .filter(|n| *n != CLASS)
-            .map(str::to_string);
+        let default_name = get_table(&cri, &["containerd"]).and_then(default_runtime_name);
         let runtimes = table_at(&mut cri, &["containerd", "runtimes"], drop_in)?;
         // Same order as a first run: the built-in class before ours.
         keep_builtin_default(runtimes, default_name.as_deref());
@@ -280,6 +276,15 @@ fn keep_builtin_default(runtimes: &mut Table, default_name: Option<&str>) {
     runtimes.insert(BUILTIN_DEFAULT, Item::Table(runc));
 }
 
+/// `default_runtime_name` of a CRI `containerd` table, unless it is ours.
+fn default_runtime_name(containerd: &Table) -> Option<String> {
+    containerd
+        .get("default_runtime_name")
+        .and_then(Item::as_str)
+        .filter(|n| *n != CLASS)
+        .map(str::to_string)
+}
+
 /// Adds or completes the class in a CRI plugin table; optional default runtime and CDI.
 pub fn edit_cri(cri: &mut Table, opts: &Options, path: &Path) -> Result<(), ConfigureError> {
     if opts.enable_cdi {
@@ -290,11 +295,7 @@ pub fn edit_cri(cri: &mut Table, opts: &Options, path: &Path) -> Result<(), Conf
     }
     let containerd = table_at(cri, &["containerd"], path)?;
     // The class to copy: the default runtime's when it is a runc one, else `runc`.
-    let source_name = containerd
-        .get("default_runtime_name")
-        .and_then(Item::as_str)
-        .filter(|n| *n != CLASS)
-        .map(str::to_string);
+    let source_name = default_runtime_name(containerd);
     if opts.default_runtime {
         set_str(containerd, "default_runtime_name", CLASS);
     }
