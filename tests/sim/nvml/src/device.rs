@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int, c_uint};
 
 use gpuslice_sim_core::{now_ns, DeviceSpec, Node, ProcessUsage};
 
-use crate::state::{code, device, fill, parse_bus_id, put, put_str, R};
+use crate::state::{code, device, fill, parse_bus_id, put, put_pair, put_str, R};
 use crate::types::*;
 
 /// Runs `f` with the node, index and spec behind a handle.
@@ -514,14 +514,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     pending: *mut c_uint,
 ) -> nvmlReturn_t {
     with(dev, |_, _, _| {
-        if current.is_null() || pending.is_null() {
-            return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: both non-null; nvml.h contract.
-        unsafe {
-            put(current, 0)?;
-            put(pending, 0)
-        }
+        // SAFETY: nvml.h contract: each is null or valid.
+        unsafe { put_pair(current, 0, pending, 0) }
     })
 }
 
@@ -532,14 +526,8 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(
     pending: *mut c_uint,
 ) -> nvmlReturn_t {
     with(dev, |_, _, _| {
-        if current.is_null() || pending.is_null() {
-            return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: both non-null; nvml.h contract.
-        unsafe {
-            put(current, 1)?;
-            put(pending, 1)
-        }
+        // SAFETY: nvml.h contract: each is null or valid.
+        unsafe { put_pair(current, 1, pending, 1) }
     })
 }
 
@@ -578,14 +566,8 @@ fn codec_utilization(
     period_us: *mut c_uint,
 ) -> nvmlReturn_t {
     with(dev, |_, _, _| {
-        if utilization.is_null() || period_us.is_null() {
-            return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: both non-null; nvml.h contract.
-        unsafe {
-            put(utilization, 0)?;
-            put(period_us, 167_000)
-        }
+        // SAFETY: nvml.h contract: each is null or valid.
+        unsafe { put_pair(utilization, 0, period_us, 167_000) }
     })
 }
 

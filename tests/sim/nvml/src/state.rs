@@ -97,6 +97,22 @@ pub unsafe fn put<T>(p: *mut T, v: T) -> R {
     Ok(())
 }
 
+/// Writes `va` to `a` and `vb` to `b`, or neither when either is null
+/// (`NVML_ERROR_INVALID_ARGUMENT`): the (current, pending)-style out-parameter pairs.
+///
+/// # Safety
+/// Each pointer must be null or valid for a write of `T`.
+pub unsafe fn put_pair<T>(a: *mut T, va: T, b: *mut T, vb: T) -> R {
+    if a.is_null() || b.is_null() {
+        return Err(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    // SAFETY: both non-null; the caller guarantees they are valid for writes.
+    unsafe {
+        put(a, va)?;
+        put(b, vb)
+    }
+}
+
 /// Copies `s` NUL-terminated into `buf` of `len` bytes; `NVML_ERROR_INSUFFICIENT_SIZE` if it
 /// does not fit.
 ///
