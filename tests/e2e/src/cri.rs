@@ -380,6 +380,16 @@ pub fn read_log(path: &Path) -> Result<String> {
     Ok(out)
 }
 
+/// What every Pod suite does first on its containerd: the node's test image imported for CRI
+/// (under the scratch directory's `cri-image`), a client on containerd's socket, and the CRI
+/// version printed.
+pub fn client_with_image(ctd: &Containerd, node: &crate::suite::Node) -> Result<Cri> {
+    import_cri_image(ctd, &node.image, &node.scratch.dir("cri-image")?)?;
+    let client = Cri::new(&ctd.sock)?;
+    println!("CRI: {}", client.version()?);
+    Ok(client)
+}
+
 /// Import the test image into the CRI namespace, with `/bin/sleep` as its default command so it
 /// can serve as the sandbox image (the harness configures [`IMAGE`] as `sandbox_image` /
 /// `pinned_images.sandbox`). Containers of the suites always give their own command.

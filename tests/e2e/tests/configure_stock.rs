@@ -214,8 +214,7 @@ fn stock_case(tag: &str, series: &str, stock: Stock) -> Result<()> {
         cri_status(&after),
         ctd.log_tail(30)
     );
-    cri::import_cri_image(&ctd, &node.image, &node.scratch.dir("cri-image")?)?;
-    let client = Cri::new(&ctd.sock)?;
+    let client = cri::client_with_image(&ctd, &node)?;
 
     let logs = node.scratch.dir("pod-logs")?;
     let plain = ContainerSpec {

@@ -14,7 +14,7 @@
 use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::cdi;
-use gpuslice_e2e::cri::{self, ContainerSpec, Cri, PodGuard, PodSpec, K8S_NS};
+use gpuslice_e2e::cri::{self, ContainerSpec, PodGuard, PodSpec, K8S_NS};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::WORKLOAD;
 use gpuslice_e2e::paths;
@@ -66,9 +66,7 @@ fn cri_1_7_cdi_devices_enforce_the_cap() -> Result<()> {
     let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
     let spec = cdi::generate(&node, &arbiter)?;
     let ctd = cdi::containerd(&bins, &node, &arbiter, &spec)?;
-    cri::import_cri_image(&ctd, &node.image, &node.scratch.dir("cri-image")?)?;
-    let client = Cri::new(&ctd.sock)?;
-    println!("CRI: {}", client.version()?);
+    let client = cri::client_with_image(&ctd, &node)?;
     let before = Snapshot::take(Some(&arbiter.state_dir));
 
     let log_dir = node.scratch.dir("pod-logs")?;

@@ -18,7 +18,7 @@
 use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::cri::{self, ContainerSpec, Cri, PodGuard, PodSpec, K8S_NS};
+use gpuslice_e2e::cri::{self, ContainerSpec, PodGuard, PodSpec, K8S_NS};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::WORKLOAD;
 use gpuslice_e2e::paths;
@@ -101,9 +101,7 @@ fn pod_path(series: &str) -> Result<()> {
         },
         &cri_runtime_class(&bins, "gpuslice"),
     )?;
-    cri::import_cri_image(&ctd, &node.image, &node.scratch.dir("cri-image")?)?;
-    let client = Cri::new(&ctd.sock)?;
-    println!("CRI: {}", client.version()?);
+    let client = cri::client_with_image(&ctd, &node)?;
     let before = Snapshot::take(Some(&arbiter.state_dir));
     let slices_before = slices(&arbiter.state_dir);
 

@@ -29,7 +29,7 @@ use gpuslice_api::protocol::{Request, Response};
 use gpuslice_api::NodeStatus;
 use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::cri::{self, ContainerSpec, Cri, PodGuard, PodSpec};
+use gpuslice_e2e::cri::{self, ContainerSpec, PodGuard, PodSpec};
 use gpuslice_e2e::daemon::Daemon;
 use gpuslice_e2e::gate::{containerd_needs, require, Need};
 use gpuslice_e2e::image::WORKLOAD;
@@ -118,9 +118,7 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
             env: arbiter.client_env(),
         },
     )?;
-    cri::import_cri_image(&ctd, &node.image, &node.scratch.dir("cri-image")?)?;
-    let client = Cri::new(&ctd.sock)?;
-    println!("CRI: {}", client.version()?);
+    let client = cri::client_with_image(&ctd, &node)?;
 
     // kubelet (the stand-in) and the plugin binary, as the DaemonSet runs it.
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -121,9 +121,7 @@ impl Env {
         // The node's spec, as the DaemonSet's cdi init container writes it.
         let spec = cdi::generate(&node, &arbiter)?;
         let ctd = cdi::containerd(&bins, &node, &arbiter, &spec)?;
-        cri::import_cri_image(&ctd, &node.image, &node.scratch.dir("cri-image")?)?;
-        let client = Cri::new(&ctd.sock)?;
-        println!("CRI: {}", client.version()?);
+        let client = cri::client_with_image(&ctd, &node)?;
         // After containerd is up (it is a descendant too), before any claim is prepared.
         let before = Snapshot::take(Some(&arbiter.state_dir));
         let gpus = gpus(&arbiter)?;
