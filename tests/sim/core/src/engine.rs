@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use crate::clock::{now_ns, sleep_until};
 use crate::layout as L;
 use crate::node::Node;
-use crate::procs::{self_identity, RobustLock};
+use crate::procs::self_identity;
 use crate::shm::{futex_wait, futex_wake_all};
 
 /// When a simulated kernel ran on the engine.
@@ -35,7 +35,7 @@ pub struct KernelTiming {
 /// One process's share of a device over a recent window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessSample {
-    /// Host PID.
+    /// Pid in the reader's pid namespace (processes the reader cannot see are not listed).
     pub pid: u32,
     /// CLOCK_MONOTONIC ns of the sample (end of the window).
     pub timestamp_ns: u64,
@@ -130,7 +130,7 @@ impl Node {
         let seq0;
         let dispatched;
         {
-            let _g = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+            let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
             seq0 = seq.load(Ordering::Acquire);
             self.shm
                 .u64(L::sdev(s, d, L::SD_WANT_DUR))
@@ -160,7 +160,7 @@ impl Node {
                 .load(Ordering::Acquire);
             if now >= free_at {
                 let did = {
-                    let _g = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+                    let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
                     if self
                         .shm
                         .u64(L::sdev(s, d, L::SD_WANT_READY))
@@ -195,7 +195,7 @@ impl Node {
             .load(Ordering::Acquire);
         sleep_until(end);
         let did = {
-            let _g = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+            let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
             self.dispatch(d)
         };
         if did {
@@ -276,7 +276,6 @@ impl Node {
             return false;
         }
         self.commit_current(d, now);
-        let (me, _) = self_identity();
         let hwm = self.slot_hwm();
         if hwm == 0 {
             return false;
@@ -298,8 +297,7 @@ impl Node {
             if ready == 0 {
                 continue;
             }
-            let pid = tag as u32;
-            if pid != me && s + 1 != last && !self.slot_alive(s, pid) {
+            if s + 1 != last && !self.slot_alive(s) {
                 // a dead process's waiting work vanishes
                 want.store(0, Ordering::Relaxed);
                 continue;
@@ -358,7 +356,7 @@ impl Node {
     /// Percent of the last second the engine of `dev` spent running kernels.
     pub fn utilization(&self, dev: u32) -> u32 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
-        let _g = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+        let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
         let now = now_ns();
         let lo = now.saturating_sub(WINDOW_NS);
         let mut busy = sum_buckets(self, L::dev(d, L::D_BUCKETS), lo, now);
@@ -375,7 +373,7 @@ impl Node {
             return Vec::new();
         };
         self.reap_dead();
-        let _g = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+        let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
         let now = now_ns();
         let lo = since_ns.max(now.saturating_sub(WINDOW_NS));
         if lo >= now {
@@ -384,7 +382,7 @@ impl Node {
         let cur = self.uncommitted(d);
         let cur_id = self.shm.u64(L::dev(d, L::D_CUR_ID)).load(Ordering::Relaxed);
         let mut out = Vec::new();
-        for (s, pid) in self.tagged_slots() {
+        for (s, pid) in self.visible_slots() {
             let mut busy = sum_buckets(self, L::sdev(s, d, L::SD_BUCKETS), lo, now);
             if let Some((cs, s0, s1)) = cur {
                 if cs == s && self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed) == cur_id
@@ -413,13 +411,14 @@ impl Node {
         out
     }
 
-    /// Cumulative engine time of process `pid` on `dev` (0 if it has no live slot).
+    /// Cumulative engine time of process `pid` (as the caller's namespace names it) on `dev`
+    /// (0 if it has no live slot).
     pub fn process_busy_ns(&self, dev: u32, pid: u32) -> u64 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
-        let Some((s, _)) = self.tagged_slots().into_iter().find(|&(_, p)| p == pid) else {
+        let Some((s, _)) = self.visible_slots().into_iter().find(|&(_, p)| p == pid) else {
             return 0;
         };
-        let _g = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+        let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
         let now = now_ns();
         let sd = |f| self.shm.u64(L::sdev(s, d, f)).load(Ordering::Acquire);
         let (busy, g0, g1) = (sd(L::SD_BUSY), sd(L::SD_GRANT_START), sd(L::SD_GRANT_END));
@@ -429,7 +428,7 @@ impl Node {
     /// Cumulative engine time of all processes on `dev` since the state file was created.
     pub fn device_busy_ns(&self, dev: u32) -> u64 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
-        let _g = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
+        let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
         let now = now_ns();
         let dv = |f| self.shm.u64(L::dev(d, f)).load(Ordering::Acquire);
         let future = self

@@ -12,7 +12,7 @@ use crate::config::MAX_DEVICES;
 /// `GPUSLSIM` in ASCII.
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
 /// Bumped whenever this layout changes.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 
 /// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version
 /// 1 had 256). A real driver has no such table; the limit is the simulator's.
@@ -58,9 +58,14 @@ pub const D_BUCKETS: usize = 128;
 // process slots
 pub const SLOT_BASE: usize = DEV_BASE + MAX_DEVICES * DEV_STRIDE;
 pub const SLOT_STRIDE: usize = 36 * 1024;
-/// `(state << 32) | pid`; state [`SLOT_LIVE`] or 0 (free).
+/// `(state << 32) | pid`; state [`SLOT_LIVE`] or 0 (free). The pid is the owner's in its own
+/// pid namespace; whether the owner lives is told by its lock byte (`liveness`), not by the pid.
 pub const S_TAG: usize = 0;
 pub const S_START: usize = 8;
+/// Inode of the owner's pid namespace (version 3).
+pub const S_PIDNS: usize = 16;
+/// Bumped by every claim of the slot, so a lock word naming a former owner reads as dead.
+pub const S_GEN: usize = 24;
 pub const SLOT_LIVE: u64 = 1;
 pub const SD_BASE: usize = 64;
 pub const SD_STRIDE: usize = 128 + BUCKETS * 16;

@@ -12,6 +12,7 @@ pub mod config;
 mod engine;
 pub mod error;
 pub mod layout;
+pub mod liveness;
 mod node;
 pub mod procs;
 pub mod shm;

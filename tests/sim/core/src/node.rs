@@ -2,20 +2,21 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::atomic::Ordering;
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::config::{DeviceSpec, SimConfig};
 use crate::error::SimError;
 use crate::layout as L;
-use crate::procs::{alive, self_identity, RobustLock};
+use crate::liveness::{self, LockFile, Owner};
+use crate::procs::{self_identity, RobustLock};
 use crate::shm::Shm;
 
 /// A live process holding a context or memory on a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessUsage {
-    /// Host PID.
+    /// Pid in the reader's pid namespace (processes the reader cannot see are not listed).
     pub pid: u32,
     /// Bytes charged to it on the device (context overheads included).
     pub used_bytes: u64,
@@ -35,8 +36,9 @@ pub struct Node {
     pub(crate) shm: Shm,
     /// Keeps the shared `flock` that marks the state file as in use.
     _file: File,
-    /// `(pid, slot)` of this process's slot, once claimed.
-    my_slot: Mutex<Option<(u32, usize)>>,
+    /// `(st_dev, st_ino)` of the state file: this process's claim on it is shared by every
+    /// `Node` of the process on the same file.
+    key: (u64, u64),
     pub(crate) queues: Vec<(Mutex<LocalQueue>, Condvar)>,
 }
 
@@ -163,11 +165,12 @@ impl Node {
             .iter()
             .map(|_| (Mutex::new(LocalQueue::default()), Condvar::new()))
             .collect();
+        let meta = file.metadata().map_err(|e| st("stat", e))?;
         Ok(Node {
             cfg,
             shm,
             _file: file,
-            my_slot: Mutex::new(None),
+            key: (meta.dev(), meta.ino()),
             queues,
         })
     }
@@ -200,53 +203,109 @@ impl Node {
         (L::SLOT_LIVE << 32) | u64::from(pid)
     }
 
+    /// This process's claim on the state file (its lock description and slot), made anew in a
+    /// forked child: the inherited description is the parent's and is closed here.
+    fn claim(&self) -> Result<(Arc<LockFile>, Option<SlotClaim>), SimError> {
+        let (pid, _) = self_identity();
+        let mut claims = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = claims.iter().find(|c| c.key == self.key && c.pid == pid) {
+            return Ok((c.lock.clone(), c.slot));
+        }
+        claims.retain(|c| c.key != self.key);
+        let lock = LockFile::open(&self.cfg.state_path).map_err(|e| {
+            SimError::State(format!("{}: open: {e}", self.cfg.state_path.display()))
+        })?;
+        let lock = Arc::new(lock);
+        claims.push(Claim {
+            key: self.key,
+            pid,
+            lock: lock.clone(),
+            slot: None,
+        });
+        Ok((lock, None))
+    }
+
+    fn lock_file(&self) -> Result<Arc<LockFile>, SimError> {
+        self.claim().map(|(l, _)| l)
+    }
+
     /// The calling process's slot, claimed on first use (a forked child claims its own).
     pub(crate) fn my_slot(&self) -> Result<usize, SimError> {
         let (pid, start) = self_identity();
-        let mut cached = self.my_slot.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((p, s)) = *cached {
-            if p == pid
-                && self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) == Self::tag_of(pid)
+        let (lock, slot) = self.claim()?;
+        if let Some((s, gen)) = slot {
+            // Still ours unless somebody wrote over our identity (the file is writable by every
+            // tenant that maps it): then claim again.
+            if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) == Self::tag_of(pid)
                 && self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed) == start
+                && self.shm.u64(L::slot(s, L::S_GEN)).load(Ordering::Relaxed) == gen
             {
                 return Ok(s);
             }
         }
-        let s = self.claim_slot(pid, start)?;
-        *cached = Some((pid, s));
-        Ok(s)
+        let claimed = self.claim_slot(&lock, pid, start)?;
+        let mut claims = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = claims
+            .iter_mut()
+            .find(|c| c.key == self.key && c.pid == pid)
+        {
+            if let Some((old, _)) = c.slot.replace(claimed) {
+                if old != claimed.0 {
+                    lock.unlock(old);
+                }
+            }
+        }
+        Ok(claimed.0)
     }
 
-    fn claim_slot(&self, pid: u32, start: u64) -> Result<usize, SimError> {
-        for attempt in 0..2 {
-            if attempt == 1 {
-                self.reap_dead();
+    /// Takes the first slot whose lock byte nobody holds; a slot still tagged there belonged to
+    /// a process that died and nobody reaped yet, so its holdings are released first.
+    fn claim_slot(&self, lock: &LockFile, pid: u32, start: u64) -> Result<(usize, u64), SimError> {
+        let pid_ns = liveness::my_pid_namespace();
+        // Another copy of this library in the process (libcuda and libnvidia-ml each carry one)
+        // may have claimed already: one process is one slot, as one process is one driver
+        // client. No other process can have our pid, start and namespace while we live.
+        let me = Owner { pid, start, pid_ns };
+        for (s, p) in self.tagged_slots() {
+            if p == pid && self.owner_of(s, p) == me {
+                let _ = lock.try_lock(s);
+                let gen = self.shm.u64(L::slot(s, L::S_GEN)).load(Ordering::Acquire);
+                return Ok((s, gen));
             }
-            let _g = RobustLock::acquire(self.shm.u64(L::H_TABLE_LOCK));
-            // Already ours (another Node on the same file in this process)?
-            for s in 0..self.slot_hwm() {
-                if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) == Self::tag_of(pid)
-                    && self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed) == start
-                {
-                    return Ok(s);
+        }
+        for s in 0..L::MAX_SLOTS {
+            match lock.try_lock(s) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    return Err(SimError::State(format!(
+                        "{}: slot lock: {e}",
+                        self.cfg.state_path.display()
+                    )))
                 }
             }
-            for s in 0..L::MAX_SLOTS {
-                if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) != 0 {
-                    continue;
-                }
-                self.clear_slot_devices(s);
-                self.shm
-                    .u64(L::slot(s, L::S_START))
-                    .store(start, Ordering::Relaxed);
-                self.shm
-                    .u64(L::slot(s, L::S_TAG))
-                    .store(Self::tag_of(pid), Ordering::Release);
-                self.shm
-                    .u64(L::H_SLOT_HWM)
-                    .fetch_max(s as u64 + 1, Ordering::AcqRel);
-                return Ok(s);
+            let gen = self
+                .shm
+                .u64(L::slot(s, L::S_GEN))
+                .fetch_add(1, Ordering::AcqRel)
+                .wrapping_add(1);
+            if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) != 0 {
+                self.release_holdings(s, (gen, s));
             }
+            self.clear_slot_devices(s);
+            self.shm
+                .u64(L::slot(s, L::S_START))
+                .store(start, Ordering::Relaxed);
+            self.shm
+                .u64(L::slot(s, L::S_PIDNS))
+                .store(pid_ns, Ordering::Relaxed);
+            self.shm
+                .u64(L::slot(s, L::S_TAG))
+                .store(Self::tag_of(pid), Ordering::Release);
+            self.shm
+                .u64(L::H_SLOT_HWM)
+                .fetch_max(s as u64 + 1, Ordering::AcqRel);
+            return Ok((s, gen));
         }
         Err(SimError::ProcessTableFull(L::MAX_SLOTS))
     }
@@ -278,7 +337,8 @@ impl Node {
         (self.shm.u64(L::H_SLOT_HWM).load(Ordering::Acquire) as usize).min(L::MAX_SLOTS)
     }
 
-    /// `(slot, pid)` of every live-tagged slot (not checked for liveness).
+    /// `(slot, pid)` of every live-tagged slot (not checked for liveness; the pid is the owner's
+    /// in its own namespace).
     pub(crate) fn tagged_slots(&self) -> Vec<(usize, u32)> {
         (0..self.slot_hwm())
             .filter_map(|s| {
@@ -288,54 +348,122 @@ impl Node {
             .collect()
     }
 
-    /// Whether the process owning slot `s` (tagged with `pid`) is alive.
-    pub(crate) fn slot_alive(&self, s: usize, pid: u32) -> bool {
-        alive(
+    /// The owner recorded in slot `s` (tagged with `pid`).
+    fn owner_of(&self, s: usize, pid: u32) -> Owner {
+        Owner {
             pid,
-            self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed),
-        )
+            start: self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed),
+            pid_ns: self.shm.u64(L::slot(s, L::S_PIDNS)).load(Ordering::Relaxed),
+        }
+    }
+
+    /// Live-tagged slots with the pid their owner has in the calling process's namespace;
+    /// owners the caller cannot see are left out (the driver names processes by the reader's
+    /// pids, and a sibling container's processes have none there).
+    pub(crate) fn visible_slots(&self) -> Vec<(usize, u32)> {
+        self.tagged_slots()
+            .into_iter()
+            .filter_map(|(s, pid)| {
+                liveness::pid_in_my_namespace(self.owner_of(s, pid)).map(|p| (s, p))
+            })
+            .collect()
+    }
+
+    /// Whether the process owning slot `s` is alive: it is ours, or another description holds
+    /// its lock byte.
+    pub(crate) fn slot_alive(&self, s: usize) -> bool {
+        match self.claim() {
+            Ok((_, Some((mine, _)))) if mine == s => true,
+            Ok((lock, _)) => lock.held_by_other(s),
+            Err(_) => true,
+        }
+    }
+
+    /// The owner word naming the calling process in a [`RobustLock`]: its slot and that slot's
+    /// claim generation. A process without a slot (table full) gets a word that is never stolen.
+    fn owner_word(&self) -> u64 {
+        match self.my_slot() {
+            Ok(s) => {
+                let gen = self.shm.u64(L::slot(s, L::S_GEN)).load(Ordering::Relaxed);
+                ((gen & 0xffff_ffff) << 32) | (1 << 31) | (s as u64 + 1)
+            }
+            Err(_) => 1 << 31,
+        }
+    }
+
+    /// Whether the owner named by a [`RobustLock`] word is alive.
+    fn word_owner_alive(&self, word: u64) -> bool {
+        let slot = (word & 0x7fff_ffff) as usize;
+        if slot == 0 {
+            return true;
+        }
+        let s = slot - 1;
+        if s >= L::MAX_SLOTS {
+            return false;
+        }
+        let gen = self.shm.u64(L::slot(s, L::S_GEN)).load(Ordering::Relaxed);
+        (gen & 0xffff_ffff) == word >> 32 && self.slot_alive(s)
+    }
+
+    /// Takes the robust lock at byte offset `off` of the state file.
+    pub(crate) fn lock(&self, off: usize) -> RobustLock<'_> {
+        RobustLock::acquire(self.shm.u64(off), self.owner_word(), |w| {
+            self.word_owner_alive(w)
+        })
+    }
+
+    /// Releases everything slot `s` holds (its owner is dead and the caller holds its lock
+    /// byte), as the driver does at process exit. `me` is the `(gen, slot)` the caller acts as
+    /// when the caller is claiming `s` itself (its own slot is not recorded yet).
+    fn release_holdings(&self, s: usize, me: (u64, usize)) {
+        let word = ((me.0 & 0xffff_ffff) << 32) | (1 << 31) | (me.1 as u64 + 1);
+        for d in 0..self.cfg.devices.len() {
+            // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it
+            let used = self
+                .shm
+                .u64(L::sdev(s, d, L::SD_USED))
+                .swap(0, Ordering::AcqRel);
+            sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), used);
+            self.shm
+                .u64(L::sdev(s, d, L::SD_CTX))
+                .store(0, Ordering::Relaxed);
+            let _e = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)), word, |w| {
+                self.word_owner_alive(w)
+            });
+            self.shm
+                .u64(L::sdev(s, d, L::SD_WANT_READY))
+                .store(0, Ordering::Relaxed);
+        }
     }
 
     /// Releases everything dead processes held, like the driver does at process exit.
     /// Returns how many slots were reclaimed.
     pub fn reap_dead(&self) -> usize {
-        let (me, _) = self_identity();
-        let candidates: Vec<(usize, u32)> = self
-            .tagged_slots()
-            .into_iter()
-            .filter(|&(s, pid)| pid != me && !self.slot_alive(s, pid))
-            .collect();
-        if candidates.is_empty() {
+        // A reaper has a slot of its own (so it can name itself as a lock owner); without one
+        // (table full) it acts as the dead slot it holds.
+        let me = self.my_slot().ok();
+        let Ok(lock) = self.lock_file() else {
             return 0;
-        }
-        let _g = RobustLock::acquire(self.shm.u64(L::H_TABLE_LOCK));
+        };
         let mut n = 0;
-        for (s, pid) in candidates {
-            // Re-check under the lock: another reaper may have freed (and someone reclaimed) it.
-            if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) != Self::tag_of(pid)
-                || self.slot_alive(s, pid)
-            {
+        for (s, pid) in self.tagged_slots() {
+            if Some(s) == me || lock.held_by_other(s) {
                 continue;
             }
-            for d in 0..self.cfg.devices.len() {
-                // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it
-                let used = self
-                    .shm
-                    .u64(L::sdev(s, d, L::SD_USED))
-                    .swap(0, Ordering::AcqRel);
-                sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), used);
-                self.shm
-                    .u64(L::sdev(s, d, L::SD_CTX))
-                    .store(0, Ordering::Relaxed);
-                let _e = RobustLock::acquire(self.shm.u64(L::dev(d, L::D_ENGINE_LOCK)));
-                self.shm
-                    .u64(L::sdev(s, d, L::SD_WANT_READY))
-                    .store(0, Ordering::Relaxed);
+            // Taking the byte makes us the only one judging this slot until we let go.
+            if !matches!(lock.try_lock(s), Ok(true)) {
+                continue;
             }
-            self.shm
-                .u64(L::slot(s, L::S_TAG))
-                .store(0, Ordering::Release);
-            n += 1;
+            if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) == Self::tag_of(pid) {
+                let me = me.unwrap_or(s);
+                let gen = self.shm.u64(L::slot(me, L::S_GEN)).load(Ordering::Relaxed);
+                self.release_holdings(s, (gen, me));
+                self.shm
+                    .u64(L::slot(s, L::S_TAG))
+                    .store(0, Ordering::Release);
+                n += 1;
+            }
+            lock.unlock(s);
         }
         n
     }
@@ -446,7 +574,7 @@ impl Node {
             return Vec::new();
         };
         self.reap_dead();
-        self.tagged_slots()
+        self.visible_slots()
             .into_iter()
             .filter_map(|(s, pid)| {
                 let used = self
@@ -465,6 +593,19 @@ impl Node {
             .collect()
     }
 }
+
+/// One process's claim on one state file.
+struct Claim {
+    key: (u64, u64),
+    pid: u32,
+    lock: Arc<LockFile>,
+    slot: Option<SlotClaim>,
+}
+
+/// `(slot, generation)` of a claimed slot.
+type SlotClaim = (usize, u64);
+
+static CLAIMS: Mutex<Vec<Claim>> = Mutex::new(Vec::new());
 
 fn unreachable_oom(dev: u32, bytes: u64, total: u64) -> Result<(), SimError> {
     Err(SimError::OutOfMemory {

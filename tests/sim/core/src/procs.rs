@@ -1,8 +1,9 @@
-//! Process identity and liveness, and the robust cross-process spinlock.
+//! Process identity, and the robust cross-process spinlock.
 //!
 //! A process is `(pid, start time)` where the start time is field 22 of `/proc/<pid>/stat`,
-//! so a recycled PID is never mistaken for the process that held it. Zombies count as dead:
-//! the real driver releases a process's memory when its file descriptors close, before reaping.
+//! so a recycled PID is never mistaken for the process that held it. [`alive`] judges through
+//! the caller's own `/proc`, so it is only right for processes of the caller's pid namespace;
+//! the node's process table judges by slot locks instead (`liveness`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,33 +42,24 @@ pub fn self_identity() -> (u32, u64) {
     (pid, start)
 }
 
-/// Lock-word value naming the calling process as owner.
-fn owner_word() -> u64 {
-    let (pid, start) = self_identity();
-    ((start & 0xffff_ffff) << 32) | u64::from(pid) | (1 << 31)
-}
-
-fn owner_alive(word: u64) -> bool {
-    let pid = (word & 0x7fff_ffff) as u32;
-    match stat_of(pid) {
-        Some((s, st)) => (s & 0xffff_ffff) == word >> 32 && st != b'Z' && st != b'X',
-        None => false,
-    }
-}
-
-/// A spinlock in shared memory that records its owner process and is stolen when the owner is
-/// dead. Holders must keep the protected state consistent at every step (a steal may happen after
-/// any store of a killed holder).
+/// A spinlock in shared memory that records its owner and is stolen when the owner is dead.
+/// The owner word and the liveness judgement come from the caller (the node names owners by
+/// process slot, see `liveness`). Holders must keep the protected state consistent at every step
+/// (a steal may happen after any store of a killed holder).
 pub struct RobustLock<'a> {
     word: &'a AtomicU64,
     me: u64,
 }
 
 impl<'a> RobustLock<'a> {
-    /// Acquires the lock at `word`. Waits with short sleeps; checks the owner's liveness about
-    /// every millisecond and steals the lock from a dead owner.
-    pub fn acquire(word: &'a AtomicU64) -> RobustLock<'a> {
-        let me = owner_word();
+    /// Acquires the lock at `word` as owner `me` (non-zero). Waits with short sleeps; about
+    /// every millisecond asks `owner_alive` about the current owner word and steals the lock
+    /// when it says dead.
+    pub fn acquire(
+        word: &'a AtomicU64,
+        me: u64,
+        owner_alive: impl Fn(u64) -> bool,
+    ) -> RobustLock<'a> {
         let mut spins = 0u32;
         let mut last_check = now_ns();
         loop {

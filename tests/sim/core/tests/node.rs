@@ -4,8 +4,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{env_for, open, wait_stdin_eof, ChildProc};
-use gpuslice_sim_core::{now_ns, sleep_until, Node, SimConfig, SimError};
+use common::{env_for, open, small_env, ChildProc};
+use gpuslice_sim_core::{now_ns, sleep_until, Node, SimError};
 
 const GI: u64 = 1 << 30;
 const MI: u64 = 1 << 20;
@@ -13,65 +13,7 @@ const MI: u64 = 1 << 20;
 /// Entry point of child processes (a no-op in the normal test run).
 #[test]
 fn child_main() {
-    let Ok(mode) = std::env::var("GPUSLICE_SIM_TEST_CHILD") else {
-        return;
-    };
-    let node = Node::open(SimConfig::from_env().expect("child config")).expect("child node");
-    let arg = |k: &str| -> u64 {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    match mode.as_str() {
-        // allocate `chunk` bytes until OOM, report the count, hold until stdin closes
-        "alloc_until_oom" => {
-            let chunk = arg("CHUNK");
-            sleep_until(arg("START_AT"));
-            let mut n = 0u64;
-            while node.mem_alloc(0, chunk).is_ok() {
-                n += 1;
-            }
-            println!("@{n}");
-            wait_stdin_eof();
-        }
-        // allocate `bytes`, report, hold
-        "hold" => {
-            node.ctx_attach(0).expect("ctx");
-            node.mem_alloc(0, arg("BYTES")).expect("alloc");
-            println!("@ready");
-            wait_stdin_eof();
-        }
-        // back-to-back kernels of KERNEL_NS from START_AT for RUN_NS; report first start,
-        // last end and own busy time
-        "saturate" => {
-            node.ctx_attach(0).expect("ctx");
-            let (k, start_at, run) = (arg("KERNEL_NS"), arg("START_AT"), arg("RUN_NS"));
-            println!("@ready");
-            sleep_until(start_at);
-            let mut first = u64::MAX;
-            let mut last = 0;
-            while now_ns() < start_at + run {
-                let t = node.engine_execute(0, k);
-                first = first.min(t.start_ns);
-                last = last.max(t.end_ns);
-            }
-            let busy = node.process_busy_ns(0, std::process::id());
-            println!("@{first} {last} {busy}");
-            wait_stdin_eof();
-        }
-        other => panic!("unknown child mode {other}"),
-    }
-}
-
-fn small_env(test: &str) -> std::collections::HashMap<String, String> {
-    env_for(
-        test,
-        &[
-            ("GPUSLICE_SIM_DEVICES", "name=Test GPU,mem=1Gi,sms=4,cc=8.0"),
-            ("GPUSLICE_SIM_CTX_OVERHEAD", "0"),
-        ],
-    )
+    common::child_main();
 }
 
 #[test]
@@ -167,7 +109,7 @@ fn sigkilled_process_memory_is_reclaimed() {
     let env = small_env("reclaim");
     let node = open(&env);
     let mut kid = ChildProc::spawn(&env, "hold", &[("BYTES", (512 * MI).to_string())]);
-    assert_eq!(kid.line(), "ready");
+    assert!(kid.line().starts_with("ready "));
     let pid = kid.pid();
     let procs = node.processes(0);
     assert!(
@@ -199,14 +141,25 @@ fn reinit_on_config_change_only_when_unused() {
     let mut env_b = env_a.clone();
     env_b.insert("GPUSLICE_SIM_DEVICES".into(), "mem=2Gi".into());
     {
-        let node = open(&env_b);
+        // A child another test forks may hold a copy of our descriptor until it execs.
+        let mut tries = 0;
+        let node = loop {
+            match Node::open(common::config(&env_b)) {
+                Ok(n) => break n,
+                Err(SimError::State(m)) if tries < 50 && m.contains("in use") => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("node opens: {e:?}"),
+            }
+        };
         assert_eq!(node.mem_total(0), 2 * GI);
         assert_eq!(node.mem_used(0), 0);
     }
     // A live process holds it with config A: config B is refused, naming the file.
     let _ = open(&env_a);
     let mut kid = ChildProc::spawn(&env_a, "hold", &[("BYTES", MI.to_string())]);
-    assert_eq!(kid.line(), "ready");
+    assert!(kid.line().starts_with("ready "));
     let err = Node::open(common::config(&env_b)).expect_err("in use with another config");
     let path = env_a["GPUSLICE_SIM_STATE"].clone();
     match &err {

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-use gpuslice_sim_core::{Node, SimConfig};
+use gpuslice_sim_core::{now_ns, sleep_until, Node, SimConfig};
 
 /// Environment of a test node: a private state file plus the given variables.
 pub fn env_for(test: &str, vars: &[(&str, &str)]) -> HashMap<String, String> {
@@ -27,6 +27,17 @@ pub fn env_for(test: &str, vars: &[(&str, &str)]) -> HashMap<String, String> {
     m
 }
 
+/// A node of one 1 GiB device with free contexts, for test `test`.
+pub fn small_env(test: &str) -> HashMap<String, String> {
+    env_for(
+        test,
+        &[
+            ("GPUSLICE_SIM_DEVICES", "name=Test GPU,mem=1Gi,sms=4,cc=8.0"),
+            ("GPUSLICE_SIM_CTX_OVERHEAD", "0"),
+        ],
+    )
+}
+
 pub fn config(env: &HashMap<String, String>) -> SimConfig {
     SimConfig::from_lookup(|k| env.get(k).cloned()).expect("test config parses")
 }
@@ -44,7 +55,34 @@ pub struct ChildProc {
 impl ChildProc {
     pub fn spawn(env: &HashMap<String, String>, mode: &str, extra: &[(&str, String)]) -> Self {
         let exe = std::env::current_exe().expect("current exe");
-        let mut cmd = Command::new(exe);
+        Self::spawn_with(Command::new(exe), env, mode, extra)
+    }
+
+    /// Like [`ChildProc::spawn`], as pid 1 of a new pid namespace with its own `/proc` (what a
+    /// container's init sees), through util-linux `unshare`, which dies with it and kills it when
+    /// killed. Without root, inside a new user namespace too (where root maps to the caller).
+    pub fn spawn_in_pid_namespace(
+        env: &HashMap<String, String>,
+        mode: &str,
+        extra: &[(&str, String)],
+    ) -> Self {
+        let exe = std::env::current_exe().expect("current exe");
+        let mut cmd = Command::new("unshare");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            cmd.args(["--user", "--map-root-user"]);
+        }
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+            .arg(exe);
+        Self::spawn_with(cmd, env, mode, extra)
+    }
+
+    fn spawn_with(
+        mut cmd: Command,
+        env: &HashMap<String, String>,
+        mode: &str,
+        extra: &[(&str, String)],
+    ) -> Self {
         cmd.args(["child_main", "--exact", "--nocapture", "--test-threads=1"])
             .env("GPUSLICE_SIM_TEST_CHILD", mode)
             .envs(env)
@@ -76,6 +114,17 @@ impl ChildProc {
         self.child.id()
     }
 
+    /// The host pid of the process `unshare` forked (the child of [`Self::pid`]).
+    pub fn inner_pid(&self) -> u32 {
+        let pid = self.pid();
+        let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .expect("read unshare's children");
+        kids.split_ascii_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("unshare has forked its child")
+    }
+
     /// Closes the child's stdin (its cue to exit) and waits for it.
     pub fn finish(mut self) -> bool {
         drop(self.child.stdin.take());
@@ -96,4 +145,70 @@ pub fn wait_stdin_eof() {
         .map(|n| n > 0)
         .unwrap_or(false)
     {}
+}
+
+/// Entry point of child processes: runs the mode named by `GPUSLICE_SIM_TEST_CHILD` (a no-op
+/// in the normal test run, where it is unset).
+pub fn child_main() {
+    let Ok(mode) = std::env::var("GPUSLICE_SIM_TEST_CHILD") else {
+        return;
+    };
+    let node = Node::open(SimConfig::from_env().expect("child config")).expect("child node");
+    let arg = |k: &str| -> u64 {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    match mode.as_str() {
+        // allocate `chunk` bytes until OOM, report the count, hold until stdin closes
+        "alloc_until_oom" => {
+            let chunk = arg("CHUNK");
+            sleep_until(arg("START_AT"));
+            let mut n = 0u64;
+            while node.mem_alloc(0, chunk).is_ok() {
+                n += 1;
+            }
+            println!("@{n}");
+            wait_stdin_eof();
+        }
+        // allocate `bytes`, report own pid, hold
+        "hold" => {
+            node.ctx_attach(0).expect("ctx");
+            node.mem_alloc(0, arg("BYTES")).expect("alloc");
+            println!("@ready {}", std::process::id());
+            wait_stdin_eof();
+        }
+        // what a monitor in this namespace sees: reaped slots, memory in use, listed pids
+        "reader" => {
+            let reaped = node.reap_dead();
+            let used = node.mem_used(0);
+            let pids: Vec<String> = node
+                .processes(0)
+                .iter()
+                .map(|p| p.pid.to_string())
+                .collect();
+            println!("@{reaped} {used} {}", pids.join(","));
+            wait_stdin_eof();
+        }
+        // back-to-back kernels of KERNEL_NS from START_AT for RUN_NS; report first start,
+        // last end and own busy time
+        "saturate" => {
+            node.ctx_attach(0).expect("ctx");
+            let (k, start_at, run) = (arg("KERNEL_NS"), arg("START_AT"), arg("RUN_NS"));
+            println!("@ready");
+            sleep_until(start_at);
+            let mut first = u64::MAX;
+            let mut last = 0;
+            while now_ns() < start_at + run {
+                let t = node.engine_execute(0, k);
+                first = first.min(t.start_ns);
+                last = last.max(t.end_ns);
+            }
+            let busy = node.process_busy_ns(0, std::process::id());
+            println!("@{first} {last} {busy}");
+            wait_stdin_eof();
+        }
+        other => panic!("unknown child mode {other}"),
+    }
 }
