@@ -7,6 +7,7 @@
 //! - `bench NAME` runs a benchmark that prints ratios measured side by side in one run.
 //! - `demo` runs the main story on the simulated GPU (or the real one when a driver is present).
 //! - `fuzz [--time SECS] [TARGET…]` runs the cargo-fuzz targets in `fuzz/` (`docs/fuzzing.md`).
+//! - `gen-procaddr DIR…` regenerates the `cuGetProcAddress` table from CUDA headers.
 
 mod bench;
 mod bench_share;
@@ -14,6 +15,7 @@ mod clients;
 mod demo;
 mod dist;
 mod fuzz;
+mod gen_procaddr;
 mod package;
 mod shell;
 mod simenv;
@@ -78,6 +80,12 @@ enum Command {
         /// Targets to run, in order.
         targets: Vec<String>,
     },
+    /// Regenerate abi/src/procaddr_table.rs from CUDA include directories (cudaTypedefs.h, cuda.h).
+    GenProcaddr {
+        /// Include directories, e.g. the 12.9 and 13.0 runtime wheels' `include/`.
+        #[arg(required = true)]
+        dirs: Vec<std::path::PathBuf>,
+    },
 }
 
 fn main() {
@@ -103,5 +111,6 @@ fn run(cli: Cli) -> Result<()> {
             targets,
             sanitizer,
         }),
+        Command::GenProcaddr { dirs } => gen_procaddr::run(&shell::root(), &dirs),
     }
 }
