@@ -369,6 +369,16 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
     }
 }
 
+/// `cuCtxGetDevice_v2` (CUDA 13.0): the device of `ctx` (null: the current context).
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresult {
+    match lookup(ctx) {
+        // SAFETY: `put` null-checks.
+        Ok(c) => unsafe { put(device, c.device) },
+        Err(e) => e,
+    }
+}
+
 /// `cuCtxGetFlags`.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
@@ -418,6 +428,19 @@ pub unsafe extern "C" fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut c_uint
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
     let c = match current() {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let r = crate::stream::synchronize_context(c.id);
+    crate::pool::on_synchronize(c.device);
+    r
+}
+
+/// `cuCtxSynchronize_v2` (CUDA 13.0): waits for `ctx` (null: the current context), which need
+/// not be current.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
+    let c = match lookup(ctx) {
         Ok(c) => c,
         Err(e) => return e,
     };

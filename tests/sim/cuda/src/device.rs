@@ -212,12 +212,16 @@ pub unsafe extern "C" fn cuDriverGetVersion(driver_version: *mut c_int) -> CUres
     if driver_version.is_null() {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let v = match Node::global() {
+    // SAFETY: null-checked above; the caller provides a valid int.
+    unsafe { put(driver_version, version()) }
+}
+
+/// The driver version the simulator advertises (`GPUSLICE_SIM_DRIVER_VERSION`, e.g. 13000).
+pub(crate) fn version() -> c_int {
+    match Node::global() {
         Ok(n) => n.config().driver_version,
         Err(_) => 12090,
-    };
-    // SAFETY: null-checked above; the caller provides a valid int.
-    unsafe { put(driver_version, v) }
+    }
 }
 
 /// `cuDeviceGet`.

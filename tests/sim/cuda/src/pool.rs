@@ -360,16 +360,7 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(
         device::physical(dev)?;
         let mut ps = pools();
         let id = default_pool(&mut ps, dev)?;
-        let h = ps
-            .by_id
-            .get(&id)
-            .map(Pool::handle)
-            .ok_or(CUDA_ERROR_UNKNOWN)?;
-        // SAFETY: `put` null-checks.
-        match unsafe { put(pool_out, h) } {
-            CUDA_SUCCESS => Ok(()),
-            e => Err(e),
-        }
+        put_pool(&ps, id, pool_out)
     })();
     rc(r)
 }
@@ -385,16 +376,7 @@ pub unsafe extern "C" fn cuDeviceGetMemPool(
         device::physical(dev)?;
         let mut ps = pools();
         let id = current_pool(&mut ps, dev)?;
-        let h = ps
-            .by_id
-            .get(&id)
-            .map(Pool::handle)
-            .ok_or(CUDA_ERROR_UNKNOWN)?;
-        // SAFETY: `put` null-checks.
-        match unsafe { put(pool_out, h) } {
-            CUDA_SUCCESS => Ok(()),
-            e => Err(e),
-        }
+        put_pool(&ps, id, pool_out)
     })();
     rc(r)
 }
@@ -415,6 +397,91 @@ pub unsafe extern "C" fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -
         Ok(())
     })();
     rc(r)
+}
+
+/// The device a CUDA 13.0 `cuMem{Get,Set}MemPool` location names: only device locations of
+/// pinned allocations (the simulator has no host pools; the driver answers
+/// `CUDA_ERROR_INVALID_VALUE` for a location it does not serve).
+fn pool_location(
+    location: *const CUmemLocation,
+    kind: CUmemAllocationType,
+) -> Result<CUdevice, CUresult> {
+    device::node()?;
+    if location.is_null() || kind != CU_MEM_ALLOCATION_TYPE_PINNED {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller's location.
+    let loc = unsafe { *location };
+    if loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    device::physical(loc.id)?;
+    Ok(loc.id)
+}
+
+/// Writes the handle of pool `id` to `out`.
+fn put_pool(ps: &Pools, id: u64, out: *mut CUmemoryPool) -> Result<(), CUresult> {
+    let h = ps
+        .by_id
+        .get(&id)
+        .map(Pool::handle)
+        .ok_or(CUDA_ERROR_UNKNOWN)?;
+    // SAFETY: `put` null-checks.
+    match unsafe { put(out, h) } {
+        CUDA_SUCCESS => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// Writes the pool `pick` chooses for a location's device to `out`.
+fn pool_at(
+    out: *mut CUmemoryPool,
+    location: *const CUmemLocation,
+    kind: CUmemAllocationType,
+    pick: fn(&mut Pools, CUdevice) -> Result<u64, CUresult>,
+) -> CUresult {
+    let r = pool_location(location, kind).and_then(|dev| {
+        let mut ps = pools();
+        let id = pick(&mut ps, dev)?;
+        put_pool(&ps, id, out)
+    });
+    rc(r)
+}
+
+/// `cuMemGetDefaultMemPool` (CUDA 13.0): the default pool of a location.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    pool_out: *mut CUmemoryPool,
+    location: *const CUmemLocation,
+    kind: CUmemAllocationType,
+) -> CUresult {
+    pool_at(pool_out, location, kind, default_pool)
+}
+
+/// `cuMemGetMemPool` (CUDA 13.0): the current pool of a location (what `cuMemAllocAsync` on
+/// that device draws from), as `cuDeviceGetMemPool`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetMemPool(
+    pool_out: *mut CUmemoryPool,
+    location: *const CUmemLocation,
+    kind: CUmemAllocationType,
+) -> CUresult {
+    pool_at(pool_out, location, kind, current_pool)
+}
+
+/// `cuMemSetMemPool` (CUDA 13.0): sets a location's current pool, as `cuDeviceSetMemPool`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemSetMemPool(
+    location: *const CUmemLocation,
+    kind: CUmemAllocationType,
+    pool: CUmemoryPool,
+) -> CUresult {
+    let dev = match pool_location(location, kind) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    // SAFETY: same contract.
+    unsafe { cuDeviceSetMemPool(dev, pool) }
 }
 
 /// `cuMemPoolCreate`.

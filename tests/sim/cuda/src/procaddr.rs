@@ -10,6 +10,9 @@
 //! but the simulator does not implement answers `CUDA_ERROR_NOT_FOUND` with
 //! `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`.
 //!
+//! `cudaVersion` is capped at the advertised driver version (`GPUSLICE_SIM_DRIVER_VERSION`): a
+//! driver knows only its own variants.
+//!
 //! `cuGetExportTable` (NVIDIA's private tables for the runtime) is not simulated:
 //! `CUDA_ERROR_NOT_FOUND`, so clients must use the public API.
 
@@ -84,7 +87,10 @@ fn lookup(
     let name = unsafe { CStr::from_ptr(symbol) };
     let not_found = (CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     let name = name.to_str().map_err(|_| not_found)?;
-    let export = resolve(name, cuda_version, flags).map_err(|s| (s.result(), s.query_result()))?;
+    // A driver knows only its own variants: asked for a newer `cudaVersion` it answers with the
+    // newest variant it has (a 12.8 driver gives `cuCtxSynchronize`, not 13.0's `_v2`).
+    let version = cuda_version.min(crate::device::version());
+    let export = resolve(name, version, flags).map_err(|s| (s.result(), s.query_result()))?;
     let p = own_symbol(export).ok_or(not_found)?;
     // SAFETY: as above.
     unsafe { pfn.write(p) };

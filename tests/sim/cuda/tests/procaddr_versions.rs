@@ -186,21 +186,23 @@ fn export_table_is_not_simulated() {
 #[test]
 fn every_implemented_variant_is_reachable_at_its_version() {
     let _g = serial();
-    use gpuslice_cuda_abi::procaddr::{Flavour, PROC_ADDR_TABLE};
-    let mut implemented = 0;
-    for e in PROC_ADDR_TABLE {
-        if cuda().raw(e.export).is_null() {
-            continue;
-        }
-        implemented += 1;
-        let flags = match e.flavour {
-            Flavour::Legacy => 0,
-            Flavour::PerThread => PER_THREAD,
-        };
-        expect(e.symbol, e.version as c_int, flags, e.export);
-    }
+    // The default simulator is a 12.8 driver: variants of later versions are out of its reach
+    // (tests/cuda13.rs checks them on a 13.0 one).
+    let implemented = every_variant_reachable(12080);
     assert!(
         implemented > 250,
         "only {implemented} table variants are exported"
     );
+}
+
+/// The default simulator is a 12.8 driver (`GPUSLICE_SIM_DRIVER_VERSION` unset): asked for
+/// `cudaVersion` 13000 it answers with its own newest variants, as a real 12.8 driver does.
+#[test]
+fn a_12_8_driver_caps_cuda_version_at_its_own() {
+    let _g = serial();
+    expect("cuCtxSynchronize", 13000, 0, "cuCtxSynchronize");
+    expect("cuCtxGetDevice", 13000, 0, "cuCtxGetDevice");
+    expect("cuMemAlloc", 13000, 0, "cuMemAlloc_v2");
+    let (r, p, st) = get("cuMemGetMemPool", 13000, 0);
+    assert_eq!((r, p, st), (NOT_FOUND, std::ptr::null_mut(), 2));
 }

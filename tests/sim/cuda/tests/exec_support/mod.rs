@@ -204,3 +204,43 @@ pub fn host_fn(s: Handle, f: unsafe extern "C" fn(*mut c_void), data: *mut c_voi
     // SAFETY: `f` is a valid host function; the simulator passes `data` through untouched.
     unsafe { host(s, Some(f), data) }
 }
+
+/// Every table variant up to `driver` (the advertised driver version) that the simulator
+/// exports resolves to itself through `cuGetProcAddress_v2` at its own version and flavour.
+/// Returns how many were checked.
+pub fn every_variant_reachable(driver: u32) -> usize {
+    use gpuslice_cuda_abi::procaddr::{Flavour, PROC_ADDR_TABLE};
+    type V2 = unsafe extern "C" fn(
+        *const std::ffi::c_char,
+        *mut Handle,
+        c_int,
+        u64,
+        *mut u32,
+    ) -> CUresult;
+    let gpa: V2 = cuda().f("cuGetProcAddress_v2");
+    let mut checked = 0;
+    for e in PROC_ADDR_TABLE.iter().filter(|e| e.version <= driver) {
+        let want = cuda().raw(e.export);
+        if want.is_null() {
+            continue;
+        }
+        checked += 1;
+        let flags = match e.flavour {
+            Flavour::Legacy => 0,
+            Flavour::PerThread => 2,
+        };
+        let name = CString::new(e.symbol).unwrap();
+        let (mut p, mut st) = (std::ptr::null_mut(), 0);
+        // SAFETY: valid strings and out-pointers.
+        let r = unsafe { gpa(name.as_ptr(), &mut p, e.version as c_int, flags, &mut st) };
+        assert_eq!(
+            (r, st, p),
+            (SUCCESS, 0, want),
+            "{} @ {} → {}",
+            e.symbol,
+            e.version,
+            e.export
+        );
+    }
+    checked
+}
