@@ -45,7 +45,35 @@ pub struct SimConfig {
     pub nvml_driver_version: String,
     /// Engine time a switch between two processes' contexts costs.
     pub ctx_switch_ns: u64,
+    /// How the engine shares a device between processes.
+    pub engine: EngineMode,
+    /// Length of one time slice in [`EngineMode::Timeslice`].
+    pub timeslice_ns: u64,
 }
+
+/// How a device's engine arbitrates between processes (`GPUSLICE_SIM_ENGINE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineMode {
+    /// Non-preemptive: one whole kernel at a time, round robin between processes at kernel
+    /// boundaries.
+    Kernel,
+    /// Preemptive time slices between the contexts that have work, as NVIDIA GPUs since Pascal
+    /// do without MPS; a context alone is never interrupted. The default.
+    Timeslice,
+}
+
+impl EngineMode {
+    /// The value `GPUSLICE_SIM_ENGINE` takes for this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineMode::Kernel => "kernel",
+            EngineMode::Timeslice => "timeslice",
+        }
+    }
+}
+
+/// Default time slice: 2 ms.
+pub const DEFAULT_TIMESLICE_NS: u64 = 2_000_000;
 
 const MI: u64 = 1 << 20;
 /// Default device name.
@@ -225,6 +253,8 @@ impl Default for SimConfig {
             driver_version: 12080,
             nvml_driver_version: "570.124.06".to_string(),
             ctx_switch_ns: 25_000,
+            engine: EngineMode::Timeslice,
+            timeslice_ns: DEFAULT_TIMESLICE_NS,
         }
     }
 }
@@ -303,6 +333,34 @@ impl SimConfig {
                     )
                 })?;
         }
+        if let Some(v) = get("GPUSLICE_SIM_ENGINE") {
+            c.engine = match v.trim() {
+                "kernel" => EngineMode::Kernel,
+                "timeslice" => EngineMode::Timeslice,
+                _ => {
+                    return Err(bad(
+                        "GPUSLICE_SIM_ENGINE",
+                        &v,
+                        "not `timeslice` or `kernel`",
+                    ))
+                }
+            };
+        }
+        if let Some(v) = get("GPUSLICE_SIM_TIMESLICE_US") {
+            c.timeslice_ns = v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|us| (1..=1_000_000).contains(us))
+                .map(|us| us * 1000)
+                .ok_or_else(|| {
+                    bad(
+                        "GPUSLICE_SIM_TIMESLICE_US",
+                        &v,
+                        "not microseconds 1..=1000000",
+                    )
+                })?;
+        }
         c.validate()?;
         Ok(c)
     }
@@ -327,12 +385,14 @@ impl SimConfig {
     /// FNV-1a fingerprint of everything that must agree between processes sharing a state file.
     pub fn fingerprint(&self) -> u64 {
         let mut s = format!(
-            "{}|{}|{}|{}|{}|",
+            "{}|{}|{}|{}|{}|{}|{}|",
             self.ctx_overhead,
             self.alloc_granularity,
             self.driver_version,
             self.nvml_driver_version,
-            self.ctx_switch_ns
+            self.ctx_switch_ns,
+            self.engine.name(),
+            self.timeslice_ns
         );
         for d in &self.devices {
             s.push_str(&format!(

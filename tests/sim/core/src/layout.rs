@@ -12,7 +12,7 @@ use crate::config::MAX_DEVICES;
 /// `GPUSLSIM` in ASCII.
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
 /// Bumped whenever this layout changes.
-pub const VERSION: u64 = 3;
+pub const VERSION: u64 = 4;
 
 /// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version
 /// 1 had 256). A real driver has no such table; the limit is the simulator's.
@@ -53,6 +53,13 @@ pub const D_SWITCHES: usize = 72;
 pub const D_CUR_ID: usize = 80;
 /// Whether the latest grant is already folded into the buckets.
 pub const D_CUR_COMMITTED: usize = 88;
+/// Time-sliced engine (version 4): virtual time up to which the schedule is decided and
+/// accounted; the held context is [`D_LAST_SLOT`].
+pub const D_TS_T: usize = 96;
+/// Time-sliced engine: start of the held context's first slice (boundaries every time slice).
+pub const D_TS_SLICE_START: usize = 104;
+/// Time-sliced engine: end of the switch into the held context.
+pub const D_TS_RUN_FROM: usize = 112;
 pub const D_BUCKETS: usize = 128;
 
 // process slots
@@ -79,6 +86,10 @@ pub const SD_GRANT_START: usize = 40;
 pub const SD_GRANT_END: usize = 48;
 pub const SD_BUSY: usize = 56;
 pub const SD_KERNELS: usize = 64;
+/// Time-sliced engine (version 4): engine time the waiting kernel still needs.
+pub const SD_REM: usize = 72;
+/// Time-sliced engine: when the waiting kernel first ran (0: not yet).
+pub const SD_STARTED: usize = 80;
 pub const SD_BUCKETS: usize = 128;
 
 /// Total file size.

@@ -18,7 +18,7 @@ pub mod procs;
 pub mod shm;
 
 pub use clock::{now_ns, sleep_until};
-pub use config::{DeviceSpec, SimConfig, MAX_DEVICES};
+pub use config::{DeviceSpec, EngineMode, SimConfig, MAX_DEVICES};
 pub use engine::{KernelTiming, ProcessSample};
 pub use error::SimError;
 pub use node::{Node, ProcessUsage};

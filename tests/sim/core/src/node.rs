@@ -321,6 +321,8 @@ impl Node {
                 L::SD_GRANT_END,
                 L::SD_BUSY,
                 L::SD_KERNELS,
+                L::SD_REM,
+                L::SD_STARTED,
             ] {
                 self.shm.u64(L::sdev(s, d, f)).store(0, Ordering::Relaxed);
             }

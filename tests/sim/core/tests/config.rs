@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use gpuslice_sim_core::config::{derived_uuid, parse_quantity};
-use gpuslice_sim_core::{SimConfig, SimError};
+use gpuslice_sim_core::{EngineMode, SimConfig, SimError};
 
 fn parse(vars: &[(&str, &str)]) -> Result<SimConfig, SimError> {
     let m: HashMap<&str, &str> = vars.iter().copied().collect();
@@ -23,6 +23,8 @@ fn defaults_are_one_h100() {
     assert_eq!(c.driver_version, 12080);
     assert_eq!(c.nvml_driver_version, "570.124.06");
     assert_eq!(c.ctx_switch_ns, 25_000);
+    assert_eq!(c.engine, EngineMode::Timeslice);
+    assert_eq!(c.timeslice_ns, 2_000_000);
     assert!(c.state_path.to_string_lossy().contains("gpuslice-sim-"));
 }
 
@@ -100,6 +102,11 @@ fn bad_values_name_variable_and_value() {
         ("GPUSLICE_SIM_DRIVER_VERSION", "twelve"),
         ("GPUSLICE_SIM_NVML_DRIVER_VERSION", "v570"),
         ("GPUSLICE_SIM_CTX_SWITCH_US", "-5"),
+        ("GPUSLICE_SIM_ENGINE", "preemptive"),
+        ("GPUSLICE_SIM_ENGINE", ""),
+        ("GPUSLICE_SIM_TIMESLICE_US", "0"),
+        ("GPUSLICE_SIM_TIMESLICE_US", "2ms"),
+        ("GPUSLICE_SIM_TIMESLICE_US", "1000001"),
         ("GPUSLICE_SIM_STATE", ""),
     ] {
         assert_config_err(&[(var, value)], var, value);
@@ -109,4 +116,31 @@ fn bad_values_name_variable_and_value() {
         parse(&[("GPUSLICE_SIM_DEVICES", &many)]),
         Err(SimError::Config(_))
     ));
+}
+
+#[test]
+fn engine_mode_and_timeslice() {
+    let c = parse(&[
+        ("GPUSLICE_SIM_ENGINE", "kernel"),
+        ("GPUSLICE_SIM_TIMESLICE_US", "500"),
+    ])
+    .expect("parses");
+    assert_eq!(c.engine, EngineMode::Kernel);
+    assert_eq!(c.timeslice_ns, 500_000);
+    let t = parse(&[("GPUSLICE_SIM_ENGINE", " timeslice ")]).expect("parses");
+    assert_eq!(t.engine, EngineMode::Timeslice);
+    assert_ne!(
+        c.fingerprint(),
+        parse(&[("GPUSLICE_SIM_TIMESLICE_US", "500")])
+            .expect("parses")
+            .fingerprint(),
+        "processes of different engine modes must not share a state file"
+    );
+    assert_ne!(
+        t.fingerprint(),
+        parse(&[("GPUSLICE_SIM_TIMESLICE_US", "500")])
+            .expect("parses")
+            .fingerprint(),
+        "nor of different time slices"
+    );
 }

@@ -1,27 +1,28 @@
 //! The execution engine: one per device, shared by every process of the machine.
 //!
-//! Non-preemptive, one kernel at a time. Each process offers at most one kernel per device at a
-//! time (threads of a process queue FIFO in-process); the engine picks round-robin among the
-//! processes with a kernel waiting, charging `ctx_switch_ns` whenever it changes process.
-//! The engine keeps an exact timeline: a granted kernel runs from
-//! `max(ready, previous end) + switch` for exactly its duration, independent of how late the
-//! host threads wake, so busy time never exceeds elapsed time. The thread that submitted the
-//! kernel sleeps until the kernel's end. Whoever finds the engine free (the finishing thread or
-//! any waiter, whose waits are bounded by the current kernel's end) dispatches the next kernel,
-//! so a SIGKILLed participant cannot wedge the engine: its running kernel completes on time and
-//! its waiting work is dropped.
+//! Two models of how a device is shared between processes (`GPUSLICE_SIM_ENGINE`), behind the
+//! same interface: [`kernel`], non-preemptive, one whole kernel at a time with round robin
+//! between processes at kernel boundaries; and [`timeslice`] (the default), preemptive time
+//! slices between the contexts that have work, as a data-centre GPU without MPS does. Both keep
+//! an exact timeline in the shared state: when a kernel runs follows from the submitted work
+//! alone, never from how late a host thread wakes, so busy time never exceeds elapsed time. The
+//! submitting thread blocks until its kernel's end. Threads of one process queue FIFO
+//! in-process, so each process offers at most one kernel per device at a time.
 //!
-//! Busy time is credited per device and per process at grant time (reads subtract the part of
-//! the current kernel that lies in the future) and folded into 10 ms history buckets once a
-//! kernel is over, for utilisation over the last second.
+//! Busy time is accounted per device and per process and folded into 10 ms history buckets,
+//! for utilisation over the last second.
 
 use std::sync::atomic::Ordering;
 
 use crate::clock::{now_ns, sleep_until};
+use crate::config::EngineMode;
 use crate::layout as L;
 use crate::node::Node;
 use crate::procs::self_identity;
-use crate::shm::{futex_wait, futex_wake_all};
+
+mod kernel;
+mod plan;
+mod timeslice;
 
 /// When a simulated kernel ran on the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,85 +127,25 @@ impl Node {
         };
         let ready = ready_ns.clamp(1, now);
         self.queue_enter(d);
-        let seq = self.shm.u64(L::sdev(s, d, L::SD_GRANT_SEQ));
-        let seq0;
-        let dispatched;
-        {
-            let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
-            seq0 = seq.load(Ordering::Acquire);
-            self.shm
-                .u64(L::sdev(s, d, L::SD_WANT_DUR))
-                .store(dur, Ordering::Relaxed);
-            self.shm
-                .u64(L::sdev(s, d, L::SD_WANT_READY))
-                .store(ready, Ordering::Release);
-            dispatched = self.dispatch(d);
-        }
-        let wake = self.shm.u32(L::dev(d, L::D_WAKE));
-        if dispatched {
-            futex_wake_all(wake);
-        }
-        // Wait for our grant; every wait is bounded by the running kernel's end.
-        loop {
-            if seq.load(Ordering::Acquire) != seq0 {
-                break;
-            }
-            let w = wake.load(Ordering::Acquire);
-            if seq.load(Ordering::Acquire) != seq0 {
-                break;
-            }
-            let now = now_ns();
-            let free_at = self
-                .shm
-                .u64(L::dev(d, L::D_FREE_AT))
-                .load(Ordering::Acquire);
-            if now >= free_at {
-                let did = {
-                    let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
-                    if self
-                        .shm
-                        .u64(L::sdev(s, d, L::SD_WANT_READY))
-                        .load(Ordering::Acquire)
-                        == 0
-                        && seq.load(Ordering::Acquire) == seq0
-                    {
-                        // Our request vanished (wrongly reaped?): offer it again.
-                        self.shm
-                            .u64(L::sdev(s, d, L::SD_WANT_DUR))
-                            .store(dur, Ordering::Relaxed);
-                        self.shm
-                            .u64(L::sdev(s, d, L::SD_WANT_READY))
-                            .store(ready, Ordering::Release);
-                    }
-                    self.dispatch(d)
-                };
-                if did {
-                    futex_wake_all(wake);
-                }
-                continue;
-            }
-            futex_wait(wake, w, (free_at - now + 30_000).min(10_000_000));
-        }
-        let start = self
-            .shm
-            .u64(L::sdev(s, d, L::SD_GRANT_START))
-            .load(Ordering::Acquire);
-        let end = self
-            .shm
-            .u64(L::sdev(s, d, L::SD_GRANT_END))
-            .load(Ordering::Acquire);
-        sleep_until(end);
-        let did = {
-            let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
-            self.dispatch(d)
+        let t = match self.cfg.engine {
+            EngineMode::Kernel => self.kernel_execute(d, s, dur, ready),
+            EngineMode::Timeslice => self.timeslice_execute(d, s, dur, ready),
         };
-        if did {
-            futex_wake_all(wake);
-        }
         self.queue_leave(d);
-        KernelTiming {
-            start_ns: start,
-            end_ns: end,
+        t
+    }
+
+    /// Brings the accounting of `d` up to now (engine lock held) and returns the busy interval
+    /// `(slot, start, end)` not yet in the buckets, if any: the current grant of the kernel
+    /// engine (its counters include its future part); the time-sliced engine accounts
+    /// everything up to now and has none.
+    fn settle(&self, d: usize, now: u64) -> Option<(usize, u64, u64)> {
+        match self.cfg.engine {
+            EngineMode::Kernel => self.uncommitted(d),
+            EngineMode::Timeslice => {
+                self.timeslice_settle(d, now);
+                None
+            }
         }
     }
 
@@ -232,135 +173,15 @@ impl Node {
         cv.notify_all();
     }
 
-    /// Folds the latest grant into the history buckets once it is over. Engine lock held.
-    fn commit_current(&self, d: usize, now: u64) {
-        let committed = self.shm.u64(L::dev(d, L::D_CUR_COMMITTED));
-        let cur = self
-            .shm
-            .u64(L::dev(d, L::D_CUR_SLOT))
-            .load(Ordering::Acquire) as usize;
-        if committed.load(Ordering::Acquire) != 0 || cur == 0 || cur > L::MAX_SLOTS {
-            return;
-        }
-        let start = self
-            .shm
-            .u64(L::dev(d, L::D_CUR_START))
-            .load(Ordering::Relaxed);
-        let end = self
-            .shm
-            .u64(L::dev(d, L::D_FREE_AT))
-            .load(Ordering::Relaxed);
-        if end > now || start > end {
-            return;
-        }
-        add_to_buckets(self, L::dev(d, L::D_BUCKETS), start, end);
-        let s = cur - 1;
-        let id = self.shm.u64(L::dev(d, L::D_CUR_ID)).load(Ordering::Relaxed);
-        if self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire) >> 32 == L::SLOT_LIVE
-            && self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed) == id
-        {
-            add_to_buckets(self, L::sdev(s, d, L::SD_BUCKETS), start, end);
-        }
-        committed.store(1, Ordering::Release);
-    }
-
-    /// If the engine is free, grants it to the next waiting process in round-robin order.
-    /// Engine lock held. Returns whether a kernel was granted.
-    fn dispatch(&self, d: usize) -> bool {
-        let now = now_ns();
-        let free_at = self
-            .shm
-            .u64(L::dev(d, L::D_FREE_AT))
-            .load(Ordering::Acquire);
-        if now < free_at {
-            return false;
-        }
-        self.commit_current(d, now);
-        let hwm = self.slot_hwm();
-        if hwm == 0 {
-            return false;
-        }
-        let last = self
-            .shm
-            .u64(L::dev(d, L::D_LAST_SLOT))
-            .load(Ordering::Relaxed) as usize;
-        let last = if last > L::MAX_SLOTS { 0 } else { last };
-        // `last` is slot+1, so scanning from index `last` starts just after the last runner.
-        for i in 0..hwm {
-            let s = (last + i) % hwm;
-            let tag = self.shm.u64(L::slot(s, L::S_TAG)).load(Ordering::Acquire);
-            if tag >> 32 != L::SLOT_LIVE {
-                continue;
-            }
-            let want = self.shm.u64(L::sdev(s, d, L::SD_WANT_READY));
-            let ready = want.load(Ordering::Acquire);
-            if ready == 0 {
-                continue;
-            }
-            if s + 1 != last && !self.slot_alive(s) {
-                // a dead process's waiting work vanishes
-                want.store(0, Ordering::Relaxed);
-                continue;
-            }
-            let dur = self
-                .shm
-                .u64(L::sdev(s, d, L::SD_WANT_DUR))
-                .load(Ordering::Relaxed)
-                .min(MAX_KERNEL_NS);
-            let switch = if last != 0 && last != s + 1 {
-                self.shm
-                    .u64(L::dev(d, L::D_SWITCHES))
-                    .fetch_add(1, Ordering::Relaxed);
-                self.cfg.ctx_switch_ns
-            } else {
-                0
-            };
-            let start = ready.max(free_at) + switch;
-            let end = start + dur;
-            let sd = |f| self.shm.u64(L::sdev(s, d, f));
-            sd(L::SD_GRANT_START).store(start, Ordering::Relaxed);
-            sd(L::SD_GRANT_END).store(end, Ordering::Relaxed);
-            sd(L::SD_BUSY).fetch_add(dur, Ordering::Relaxed);
-            sd(L::SD_KERNELS).fetch_add(1, Ordering::Relaxed);
-            want.store(0, Ordering::Relaxed);
-            let dv = |f| self.shm.u64(L::dev(d, f));
-            dv(L::D_CUR_COMMITTED).store(0, Ordering::Relaxed);
-            dv(L::D_CUR_SLOT).store(s as u64 + 1, Ordering::Relaxed);
-            dv(L::D_CUR_START).store(start, Ordering::Relaxed);
-            dv(L::D_CUR_ID).store(
-                self.shm.u64(L::slot(s, L::S_START)).load(Ordering::Relaxed),
-                Ordering::Relaxed,
-            );
-            dv(L::D_LAST_SLOT).store(s as u64 + 1, Ordering::Relaxed);
-            dv(L::D_BUSY).fetch_add(dur, Ordering::Relaxed);
-            dv(L::D_KERNELS).fetch_add(1, Ordering::Relaxed);
-            dv(L::D_FREE_AT).store(end, Ordering::Release);
-            sd(L::SD_GRANT_SEQ).fetch_add(1, Ordering::Release);
-            self.shm
-                .u32(L::dev(d, L::D_WAKE))
-                .fetch_add(1, Ordering::Release);
-            return true;
-        }
-        false
-    }
-
-    /// The latest grant on `d` as `(slot, start, end)`, if it is not yet folded into the
-    /// buckets. Engine lock held.
-    fn uncommitted(&self, d: usize) -> Option<(usize, u64, u64)> {
-        let dv = |f| self.shm.u64(L::dev(d, f)).load(Ordering::Acquire);
-        let cur = dv(L::D_CUR_SLOT) as usize;
-        (dv(L::D_CUR_COMMITTED) == 0 && cur > 0 && cur <= L::MAX_SLOTS)
-            .then(|| (cur - 1, dv(L::D_CUR_START), dv(L::D_FREE_AT)))
-    }
-
     /// Percent of the last second the engine of `dev` spent running kernels.
     pub fn utilization(&self, dev: u32) -> u32 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
         let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
         let now = now_ns();
         let lo = now.saturating_sub(WINDOW_NS);
+        let cur = self.settle(d, now);
         let mut busy = sum_buckets(self, L::dev(d, L::D_BUCKETS), lo, now);
-        if let Some((_, s0, s1)) = self.uncommitted(d) {
+        if let Some((_, s0, s1)) = cur {
             busy += overlap(s0, s1, lo, now);
         }
         ((busy * 100 + WINDOW_NS / 2) / WINDOW_NS).min(100) as u32
@@ -379,7 +200,7 @@ impl Node {
         if lo >= now {
             return Vec::new();
         }
-        let cur = self.uncommitted(d);
+        let cur = self.settle(d, now);
         let cur_id = self.shm.u64(L::dev(d, L::D_CUR_ID)).load(Ordering::Relaxed);
         let mut out = Vec::new();
         for (s, pid) in self.visible_slots() {
@@ -420,6 +241,7 @@ impl Node {
         };
         let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));
         let now = now_ns();
+        self.settle(d, now);
         let sd = |f| self.shm.u64(L::sdev(s, d, f)).load(Ordering::Acquire);
         let (busy, g0, g1) = (sd(L::SD_BUSY), sd(L::SD_GRANT_START), sd(L::SD_GRANT_END));
         busy.saturating_sub(g1.saturating_sub(now.max(g0)))
@@ -432,7 +254,7 @@ impl Node {
         let now = now_ns();
         let dv = |f| self.shm.u64(L::dev(d, f)).load(Ordering::Acquire);
         let future = self
-            .uncommitted(d)
+            .settle(d, now)
             .map(|(_, s0, s1)| s1.saturating_sub(now.max(s0)))
             .unwrap_or(0);
         let _ = dv(L::D_KERNELS);

@@ -9,6 +9,13 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 
 use gpuslice_sim_core::{now_ns, sleep_until, Node, SimConfig};
 
+/// [`small_env`] with the engine in `mode` (`kernel` or `timeslice`).
+pub fn engine_env(test: &str, mode: &str) -> HashMap<String, String> {
+    let mut m = small_env(&format!("{test}-{mode}"));
+    m.insert("GPUSLICE_SIM_ENGINE".into(), mode.into());
+    m
+}
+
 /// Environment of a test node: a private state file plus the given variables.
 pub fn env_for(test: &str, vars: &[(&str, &str)]) -> HashMap<String, String> {
     let path: PathBuf = std::env::temp_dir().join(format!(
@@ -192,21 +199,23 @@ pub fn child_main() {
             wait_stdin_eof();
         }
         // back-to-back kernels of KERNEL_NS from START_AT for RUN_NS; report first start,
-        // last end and own busy time
+        // last end, own busy time and the shortest and longest start-to-end span of a kernel
         "saturate" => {
             node.ctx_attach(0).expect("ctx");
             let (k, start_at, run) = (arg("KERNEL_NS"), arg("START_AT"), arg("RUN_NS"));
             println!("@ready");
             sleep_until(start_at);
-            let mut first = u64::MAX;
-            let mut last = 0;
+            let (mut first, mut last) = (u64::MAX, 0);
+            let (mut min_span, mut max_span) = (u64::MAX, 0);
             while now_ns() < start_at + run {
                 let t = node.engine_execute(0, k);
                 first = first.min(t.start_ns);
                 last = last.max(t.end_ns);
+                min_span = min_span.min(t.end_ns - t.start_ns);
+                max_span = max_span.max(t.end_ns - t.start_ns);
             }
             let busy = node.process_busy_ns(0, std::process::id());
-            println!("@{first} {last} {busy}");
+            println!("@{first} {last} {busy} {min_span} {max_span}");
             wait_stdin_eof();
         }
         other => panic!("unknown child mode {other}"),
