@@ -467,12 +467,29 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flag
     let Ok(name) = unsafe { CStr::from_ptr(symbol) }.to_str() else {
         return;
     };
+    // The driver picks among its own variants only: a 12.x driver asked for `cudaVersion` 13000
+    // hands out its 12.x variant, so our choice (the wrapper's signature) must be capped alike.
+    let version = match driver_version() {
+        Some(d) => version.min(d),
+        None => version,
+    };
     if let Ok(export) = resolve(name, version, flags) {
         if let Some(ours) = crate::table::lookup(export.as_bytes()) {
             // SAFETY: valid out-pointer the driver just wrote.
             unsafe { *pfn = ours };
         }
     }
+}
+
+/// The real driver's `cuDriverGetVersion`, read once (it works before `cuInit`).
+fn driver_version() -> Option<c_int> {
+    static V: std::sync::OnceLock<Option<c_int>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        let f = crate::real!(cuda_sym cuDriverGetVersion: fn(*mut c_int) -> R)?;
+        let mut v: c_int = 0;
+        // SAFETY: writes one int.
+        (unsafe { f(&mut v) } == CUDA_SUCCESS && v > 0).then_some(v)
+    })
 }
 
 /// `cuGetProcAddress_v2`: the driver answers (status and errors unchanged); for symbols we wrap,

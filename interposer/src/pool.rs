@@ -317,21 +317,86 @@ pub unsafe extern "C" fn cuMemPoolCreate(
     }
     // SAFETY: non-null; the caller's props and the handle the driver wrote.
     let (loc, h) = unsafe { ((*props).location, *pool) };
-    if loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
-        return r;
+    remember_pool_device(h, &loc);
+    r
+}
+
+/// Remembers that `pool` serves device `loc` (when it is a device location), so allocations
+/// from it are charged there whatever context is current.
+fn remember_pool_device(pool: CUmemoryPool, loc: &CUmemLocation) {
+    if pool.is_null() || loc.type_ != CU_MEM_LOCATION_TYPE_DEVICE {
+        return;
     }
-    let Some(_g) = guard::enter() else { return r };
+    let Some(_g) = guard::enter() else { return };
     if let Some(g) = gate() {
         if let (Some(entry), Ok(mut pools)) = (g.entry(loc.id), g.pools.lock()) {
-            pools.insert(
-                h as usize,
-                PoolCharge {
-                    entry,
-                    ordinal: loc.id,
-                    charged: 0,
-                },
-            );
+            pools.entry(pool as usize).or_insert(PoolCharge {
+                entry,
+                ordinal: loc.id,
+                charged: 0,
+            });
         }
+    }
+}
+
+/// The location a CUDA 13.0 pool call names, if readable.
+fn location(loc: *const CUmemLocation) -> Option<CUmemLocation> {
+    // SAFETY: non-null (checked); the caller's location, which the driver accepted.
+    (!loc.is_null()).then(|| unsafe { *loc })
+}
+
+/// After a successful pool query by location: remembers the pool's device. Returns `r`.
+fn got_pool(r: R, pool: *mut CUmemoryPool, loc: *const CUmemLocation) -> R {
+    if let (CUDA_SUCCESS, false, Some(l)) = (r, pool.is_null(), location(loc)) {
+        // SAFETY: non-null; written by the driver on success.
+        remember_pool_device(unsafe { *pool }, &l);
+    }
+    r
+}
+
+/// `cuMemGetDefaultMemPool` (CUDA 13.0): the device default pool by location; its device is
+/// remembered so `cuMemAllocFromPoolAsync` with it is charged on that device.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+    pool: *mut CUmemoryPool,
+    loc: *const CUmemLocation,
+    kind: CUmemAllocationType,
+) -> R {
+    let r = call!(cuMemGetDefaultMemPool: fn(*mut CUmemoryPool, *const CUmemLocation, CUmemAllocationType) -> R; pool, loc, kind);
+    got_pool(r, pool, loc)
+}
+
+/// `cuMemGetMemPool` (CUDA 13.0): a location's current pool (remembered as above).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetMemPool(
+    pool: *mut CUmemoryPool,
+    loc: *const CUmemLocation,
+    kind: CUmemAllocationType,
+) -> R {
+    let r = call!(cuMemGetMemPool: fn(*mut CUmemoryPool, *const CUmemLocation, CUmemAllocationType) -> R; pool, loc, kind);
+    got_pool(r, pool, loc)
+}
+
+/// `cuMemSetMemPool` (CUDA 13.0): `cuMemAllocAsync` on that device now draws from `pool`,
+/// whose device is remembered; the charge follows what it reserves, as for any pool.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemSetMemPool(
+    loc: *const CUmemLocation,
+    kind: CUmemAllocationType,
+    pool: CUmemoryPool,
+) -> R {
+    let r = call!(cuMemSetMemPool: fn(*const CUmemLocation, CUmemAllocationType, CUmemoryPool) -> R; loc, kind, pool);
+    if let (CUDA_SUCCESS, Some(l)) = (r, location(loc)) {
+        remember_pool_device(pool, &l);
     }
     r
 }

@@ -31,6 +31,7 @@ table! {
     pool::cuMemFreeAsync, pool::cuMemFreeAsync_ptsz,
     pool::cuMemPoolCreate, pool::cuMemPoolSetAttribute,
     pool::cuMemPoolTrimTo, pool::cuMemPoolDestroy,
+    pool::cuMemGetDefaultMemPool, pool::cuMemGetMemPool, pool::cuMemSetMemPool,
     array::cuArrayCreate, array::cuArrayCreate_v2,
     array::cuArray3DCreate, array::cuArray3DCreate_v2, array::cuArrayDestroy,
     array::cuMipmappedArrayCreate, array::cuMipmappedArrayDestroy,

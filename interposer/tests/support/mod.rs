@@ -139,6 +139,11 @@ impl Driver {
         Driver { h }
     }
 
+    /// The `dlopen` handle (for lookups that may fail).
+    pub fn handle(&self) -> *mut c_void {
+        self.h
+    }
+
     pub fn sym(&self, name: &str) -> *mut c_void {
         let n = CString::new(name).unwrap();
         // SAFETY: valid handle and NUL-terminated name.
