@@ -42,8 +42,8 @@ pub enum Request {
     /// Admit and place a slice. Admitting an existing id with the same request returns the
     /// existing assignment (idempotent); with a different request it is a `conflict`.
     Admit {
-        /// Caller-chosen id: `[A-Za-z0-9_.-]{1,128}`, not starting with `.`; names the slice
-        /// directory.
+        /// Caller-chosen id: `[A-Za-z0-9_.-]{1,128}`, not starting with `.` nor ending in
+        /// `.sock`; names the slice directory.
         slice_id: String,
         /// What the slice asks for.
         request: SliceRequest,
@@ -86,8 +86,9 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cgroup: Option<String>,
     },
-    /// The node's devices and slices.
-    Status,
+    /// The node's devices and slices. A struct variant with no fields, so that
+    /// `deny_unknown_fields` refuses `{"op":"status","x":1}` (a unit variant would ignore it).
+    Status {},
 }
 
 /// A request line: the version and the request.
@@ -248,6 +249,9 @@ pub enum ErrorCode {
     Conflict,
     /// The arbiter failed (I/O, NVML).
     Internal,
+    /// The arbiter has as many connections being served and waiting as it takes; the request
+    /// was not read. Retrying shortly is safe.
+    Busy,
 }
 
 /// A reply from the arbiter.
@@ -336,10 +340,12 @@ pub fn is_dra_slice(id: &str, owner: &Owner) -> bool {
     uuid && *owner == Owner::default()
 }
 
-/// Whether `id` is acceptable as a slice id (it names a directory under the state dir).
+/// Whether `id` is acceptable as a slice id (it names a directory under the state dir, beside
+/// the arbiter's socket, so names ending in `.sock` are reserved).
 pub fn valid_slice_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
         && !id.starts_with('.')
+        && !id.ends_with(".sock")
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))

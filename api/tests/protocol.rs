@@ -44,7 +44,7 @@ fn every_request_round_trips() {
     round_trip_req(Request::Release {
         slice_id: "a".into(),
     });
-    round_trip_req(Request::Status);
+    round_trip_req(Request::Status {});
     round_trip_req(Request::Update {
         slice_id: "a".into(),
         memory: Some(MemoryRequest::Percent(10)),
@@ -69,7 +69,7 @@ fn every_request_round_trips() {
 #[test]
 fn minimal_hand_written_lines_parse() {
     let r: RequestEnvelope = serde_json::from_str(r#"{"version":1,"op":"status"}"#).unwrap();
-    assert_eq!(r.request, Request::Status);
+    assert_eq!(r.request, Request::Status {});
     let r: RequestEnvelope = serde_json::from_str(
         r#"{"version":1,"op":"admit","slice_id":"x","request":{"memory":"25%"}}"#,
     )
@@ -98,6 +98,17 @@ fn strictness() {
     .to_string();
     assert!(e.contains("unknown unit"), "{e}");
     assert!(serde_json::from_str::<RequestEnvelope>(r#"{"op":"status"}"#).is_err());
+    // Unknown fields beside the op, for the operation without fields too.
+    for line in [
+        r#"{"version":1,"op":"status","verbose":true}"#,
+        r#"{"version":1,"op":"release","slice_id":"x","force":true}"#,
+        r#"{"version":1,"op":"admit","slice_id":"x","request":{},"ownr":{}}"#,
+    ] {
+        let e = serde_json::from_str::<RequestEnvelope>(line)
+            .expect_err(line)
+            .to_string();
+        assert!(e.contains("unknown field"), "{line}: {e}");
+    }
 }
 
 #[test]
@@ -179,6 +190,10 @@ fn slice_ids() {
     assert!(!valid_slice_id(".."));
     assert!(!valid_slice_id("a/b"));
     assert!(!valid_slice_id(&"x".repeat(129)));
+    // The socket lives beside the slice directories.
+    assert!(!valid_slice_id(gpuslice_api::protocol::SOCKET_NAME));
+    assert!(!valid_slice_id("other.sock"));
+    assert!(valid_slice_id("sock"));
 }
 
 #[test]

@@ -22,7 +22,7 @@ pub enum AdmitError {
     #[error("{0}")]
     Invalid(#[from] RequestError),
     /// The slice id is not acceptable.
-    #[error("slice id \"{0}\" is not valid (1-128 characters of A-Z a-z 0-9 _ - ., not starting with .)")]
+    #[error("slice id \"{0}\" is not valid (1-128 characters of A-Z a-z 0-9 _ - ., not starting with . nor ending in .sock)")]
     BadSliceId(String),
     /// The request does not fit.
     #[error("slice \"{id}\" refused: {refusal}")]
@@ -149,9 +149,19 @@ impl Admission {
         load
     }
 
-    fn ask(request: &SliceRequest, dev: &DeviceInfo) -> Ask {
+    /// What `request` asks of `dev`. A percentage is of the device's total, but never more
+    /// than one slice can be promised there (the total less its context reserve): `100%` means
+    /// the whole promisable GPU instead of a cap that could never be admitted.
+    fn ask(&self, request: &SliceRequest, dev: &DeviceInfo) -> Ask {
+        let promisable = dev
+            .memory_total
+            .saturating_sub(self.policy.reserve())
+            .max(1);
         Ask {
-            cap: request.memory.map(|m| m.resolve(dev.memory_total)),
+            cap: request.memory.map(|m| match m {
+                MemoryRequest::Percent(_) => m.resolve(dev.memory_total).min(promisable),
+                MemoryRequest::Bytes(_) => m.resolve(dev.memory_total),
+            }),
             compute: request.compute.unwrap_or(0),
         }
     }
@@ -229,7 +239,7 @@ impl Admission {
                         &self.policy,
                         dev,
                         self.load(pos, None),
-                        Self::ask(&request, dev),
+                        self.ask(&request, dev),
                         model,
                     )
                     .map_err(|d| refused(Refusal::ListedDeviceFull(d)))?;
@@ -243,7 +253,7 @@ impl Admission {
                 let mut misses = Vec::new();
                 for (pos, dev) in self.devices.iter().enumerate() {
                     let load = self.load(pos, None);
-                    let ask = Self::ask(&request, dev);
+                    let ask = self.ask(&request, dev);
                     match check(&self.policy, dev, load, ask, model) {
                         Ok(()) => fits.push(Candidate::new(&self.policy, pos, dev, load, ask)),
                         Err(d) => misses.push(d),
@@ -263,7 +273,7 @@ impl Admission {
             .iter()
             .map(|&p| {
                 let dev = &self.devices[p];
-                Self::assigned(dev, Self::ask(&request, dev))
+                Self::assigned(dev, self.ask(&request, dev))
             })
             .collect();
         self.slices.insert(
@@ -330,7 +340,7 @@ impl Admission {
                     uuid: a.uuid.clone(),
                 })?;
             let dev = &self.devices[pos];
-            let ask = Self::ask(&request, dev);
+            let ask = self.ask(&request, dev);
             // The model constraint was checked at admission; an update cannot change it.
             check(&self.policy, dev, self.load(pos, Some(id)), ask, None).map_err(|d| {
                 AdmitError::Refused {
@@ -413,7 +423,7 @@ impl Admission {
                     uuid: a.uuid.clone(),
                 })?;
             let dev = &self.devices[pos];
-            let ask = Self::ask(&record.request, dev);
+            let ask = self.ask(&record.request, dev);
             if let Err(d) = check(&self.policy, dev, self.load(pos, None), ask, None) {
                 warnings.push(format!("slice \"{id}\" restored over capacity on {d}"));
             }

@@ -55,6 +55,7 @@ fn code_name(code: ErrorCode) -> &'static str {
         ErrorCode::NotFound => "not_found",
         ErrorCode::Conflict => "conflict",
         ErrorCode::Internal => "internal",
+        ErrorCode::Busy => "busy",
     }
 }
 

@@ -77,14 +77,17 @@ pub struct CdiGenerateArgs {
 /// What a slice asks for, as options (same syntax as the `gpuslice.io/*` annotations).
 #[derive(Args, Debug, Default, Clone)]
 pub struct RequestArgs {
-    /// Memory cap per device: 512Mi, 8Gi, 1G, bytes, or 25% of the device
-    #[arg(long, value_name = "QUANTITY")]
+    // Values may start with '-' so that `--memory -1` reaches our parser, which names the option
+    // and says why, instead of clap's "unexpected argument '-1'".
+    /// Memory cap per device: 512Mi, 8Gi, 1G, bytes, or 25% of the device (100% is all one
+    /// slice can be promised: the device less the context reserve)
+    #[arg(long, value_name = "QUANTITY", allow_hyphen_values = true)]
     pub memory: Option<String>,
     /// Guaranteed share of the GPU's time, percent 1-100 [default: best effort]
-    #[arg(long, value_name = "PERCENT")]
+    #[arg(long, value_name = "PERCENT", allow_hyphen_values = true)]
     pub compute: Option<String>,
     /// Ceiling on the share, percent 1-100 [default: 100]
-    #[arg(long, value_name = "PERCENT")]
+    #[arg(long, value_name = "PERCENT", allow_hyphen_values = true)]
     pub compute_limit: Option<String>,
     /// high, normal or low [default: normal]
     #[arg(long, value_name = "PRIORITY")]

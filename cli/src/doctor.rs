@@ -293,7 +293,7 @@ fn arbiter(i: &Inputs) -> Check {
         Ok(c) => c,
         Err(e) => return Check::bad("arbiter", Level::Fail, e.to_string(), fix),
     };
-    match client.call(Request::Status) {
+    match client.call(Request::Status {}) {
         Ok(Response::Status(s)) => Check::ok(
             "arbiter",
             format!(

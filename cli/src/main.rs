@@ -126,7 +126,7 @@ fn doctor(
 
 fn fetch(state_dir: &std::path::Path) -> Result<StatusView> {
     let mut client = Client::connect(state_dir)?;
-    match client.call(Request::Status)? {
+    match client.call(Request::Status {})? {
         Response::Status(s) => Ok(StatusView::build(&s, state_dir)),
         Response::Error { message, .. } => anyhow::bail!("status: {message}"),
         other => anyhow::bail!("status: unexpected reply {other:?}"),
@@ -162,7 +162,7 @@ fn update(state_dir: &std::path::Path, args: &UpdateArgs) -> Result<i32> {
     // A unique prefix names a slice (the table shows Docker's 64-digit ids as 12).
     let slice = {
         let mut client = Client::connect(state_dir)?;
-        let ids: Vec<String> = match client.call(gpuslice_api::Request::Status)? {
+        let ids: Vec<String> = match client.call(gpuslice_api::Request::Status {})? {
             Response::Status(s) => s.slices.into_iter().map(|s| s.slice_id).collect(),
             _ => Vec::new(),
         };

@@ -225,6 +225,56 @@ fn missing_command_and_bad_option() {
         stderr(&o)
     );
     assert!(!node.dir.join("ran").exists());
+    // A value that looks like an option still reaches our parser, which names the option.
+    for (opt, val) in [
+        ("--memory", "-1"),
+        ("--compute", "-5"),
+        ("--compute-limit", "-1"),
+    ] {
+        let o = node.out(&["run", opt, val, "--", "touch", "ran"]);
+        assert_eq!(o.status.code(), Some(2), "{opt} {val}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("{opt}=\"{val}\"")),
+            "{opt} {val}: {err}"
+        );
+        assert!(!err.contains("unexpected argument"), "{err}");
+    }
+    assert!(!node.dir.join("ran").exists());
+}
+
+/// `--memory 100%` is all one slice can be promised on the device (the total less the context
+/// reserve), not a cap that can never be admitted; a slice id that names the arbiter's socket
+/// is a bad request, not an internal error.
+#[test]
+fn memory_100_percent_is_admitted_and_reserved_names_are_refused() {
+    let node = Node::new("pct", true);
+    let o = node.out(&["run", "--memory", "100%", "--", "touch", "ran"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(node.dir.join("ran").exists());
+    let mut st = node.state.lock().unwrap();
+    let r = st.handle_line(
+        r#"{"version":1,"op":"admit","slice_id":"arbiter.sock","request":{"memory":"100%"}}"#,
+    );
+    match r.response {
+        gpuslice_api::Response::Error { code, message } => {
+            assert_eq!(code, gpuslice_api::ErrorCode::BadRequest, "{message}");
+            assert!(
+                message.contains("arbiter.sock") && message.contains(".sock"),
+                "{message}"
+            );
+        }
+        other => panic!("expected bad_request, got {other:?}"),
+    }
+    let r = st
+        .handle_line(r#"{"version":1,"op":"admit","slice_id":"all","request":{"memory":"100%"}}"#);
+    match r.response {
+        gpuslice_api::Response::Admitted { devices, .. } => {
+            let reserve = Policy::default().reserve();
+            assert_eq!(devices[0].memory_cap, Some(80 * GI - reserve));
+        }
+        other => panic!("expected admitted, got {other:?}"),
+    }
 }
 
 #[test]

@@ -46,7 +46,7 @@ impl SocketSlices {
 impl NodeSlices for SocketSlices {
     fn status(&self) -> Result<NodeStatus, String> {
         let r = Client::connect(&self.state_dir, self.timeout)
-            .and_then(|mut c| c.call(Request::Status))
+            .and_then(|mut c| c.call(Request::Status {}))
             .map_err(|e| e.to_string())?;
         match r {
             Response::Status(s) => Ok(s),

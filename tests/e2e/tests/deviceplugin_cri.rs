@@ -47,7 +47,7 @@ const GIB: u64 = 1 << 30;
 
 fn status(arbiter: &Arbiter) -> Result<NodeStatus> {
     let mut c = Client::connect(&arbiter.state_dir, Duration::from_secs(10))?;
-    match c.call(Request::Status)? {
+    match c.call(Request::Status {})? {
         Response::Status(st) => Ok(st),
         other => bail!("arbiter status: {other:?}"),
     }
