@@ -204,7 +204,7 @@ impl Env {
     /// The arbiter's record of claim `uid`'s slice.
     fn slice(&self, uid: &str) -> Result<SliceStatus> {
         let mut c = Client::connect(&self.arbiter.state_dir, Duration::from_secs(10))?;
-        let Response::Status(st) = c.call(Request::Status)? else {
+        let Response::Status(st) = c.call(Request::Status {})? else {
             anyhow::bail!("arbiter status: unexpected answer");
         };
         let id = slice_id(uid);
@@ -261,7 +261,7 @@ impl Env {
 /// The node's GPUs as the arbiter sees them (the simulated NVML).
 fn gpus(arbiter: &Arbiter) -> Result<Vec<Gpu>> {
     let mut c = Client::connect(&arbiter.state_dir, Duration::from_secs(10))?;
-    let Response::Status(st) = c.call(Request::Status)? else {
+    let Response::Status(st) = c.call(Request::Status {})? else {
         anyhow::bail!("arbiter status: unexpected answer");
     };
     Ok(st
@@ -411,7 +411,7 @@ fn two_claims_share_one_gpu_30_70(series: &str) -> Result<()> {
         let st = env.client.wait_exited(cid, T).with_context(|| {
             // What the arbiter's scheduler measured per slice, for whoever looks into a hang.
             let status = Client::connect(&env.arbiter.state_dir, Duration::from_secs(5))
-                .and_then(|mut c| c.call(Request::Status))
+                .and_then(|mut c| c.call(Request::Status {}))
                 .map(|r| format!("{r:?}"))
                 .unwrap_or_else(|e| e.to_string());
             format!(
@@ -476,13 +476,11 @@ fn dra_cri_2_1_claim_cdi_device_caps_the_container_at_16gi() -> Result<()> {
 }
 
 #[test]
-#[ignore = "hangs intermittently (2 of 2 idle runs on 2026-12-01): the simulated engine judges a container process alive through the reader's own /proc, so a reader in another pid namespace reaps it and its queued kernel vanishes; re-enable with that simulator fix (issue 12 note)"]
 fn dra_cri_1_7_two_claims_on_one_gpu_get_their_caps_and_30_70() -> Result<()> {
     two_claims_share_one_gpu_30_70("1.7")
 }
 
 #[test]
-#[ignore = "hangs intermittently (2 of 2 idle runs on 2026-12-01): the simulated engine judges a container process alive through the reader's own /proc, so a reader in another pid namespace reaps it and its queued kernel vanishes; re-enable with that simulator fix (issue 12 note)"]
 fn dra_cri_2_1_two_claims_on_one_gpu_get_their_caps_and_30_70() -> Result<()> {
     two_claims_share_one_gpu_30_70("2.1")
 }
