@@ -2,7 +2,6 @@
 //! Results are recorded, with the command, in docs/benchmarks.md.
 
 use crate::demo::DEMO_DEVICES;
-use crate::dist;
 use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
 
@@ -15,7 +14,7 @@ mod bench_interposer;
 const BENCHES: &[(&str, &str, Option<u32>)] = &[
     (
         "sim",
-        "simulated engine: two-process shares for 50 µs, 1 ms and 5 ms kernels",
+        "simulated engine, timeslice and kernel models: two-process shares, 50 µs to 50 ms kernels",
         None,
     ),
     (
@@ -61,54 +60,75 @@ pub fn run(list: bool, name: Option<&str>, args: &[String]) -> Result<()> {
     }
 }
 
-/// Two processes saturating device 0 with kernels of several sizes: each one's share and the sum.
+/// The simulator's engine models, side by side in every engine benchmark.
+pub(crate) const ENGINES: [&str; 2] = ["timeslice", "kernel"];
+
+/// Two processes saturating device 0 with kernels of several sizes, under each engine model:
+/// each one's share and the sum, the models in adjacent columns.
 fn sim() -> Result<()> {
-    let dist = dist::run()?;
-    let node = SimNode::new(&dist, DEMO_DEVICES)?;
-    println!("command: cargo xtask bench sim");
-    println!(
-        "{:>10}  {:>8}  {:>8}  {:>8}",
-        "kernel", "proc 0", "proc 1", "sum"
-    );
-    for us in [50u64, 1000, 5000] {
-        let out = node
-            .workload()
-            .args([
-                "contend",
-                "--procs",
-                "2",
-                "--kernel-us",
-                &us.to_string(),
-                "--seconds",
-                "3",
-            ])
-            .output()
-            .context("running contend")?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() {
-            bail!(
-                "contend failed: {text} {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+    let dist = crate::bench_share::build_tree()?;
+    let nodes = ENGINES
+        .iter()
+        .map(|e| SimNode::with_engine(&dist, DEMO_DEVICES, e))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    println!("command: cargo xtask bench sim  (two processes, back-to-back kernels, 3 s each)");
+    let mut head = format!("{:>10}", "kernel");
+    for e in ENGINES {
+        head += &format!("  | {e:<9} {:>7} {:>7} {:>7}", "proc 0", "proc 1", "sum");
+    }
+    println!("{head}");
+    for us in [50u64, 1000, 5000, 50_000] {
+        let mut row = format!("{:>8}µs", us);
+        for node in &nodes {
+            let (p0, p1, sum) = contend(node, us)?;
+            row += &format!("  | {:<9} {p0:>7.3} {p1:>7.3} {sum:>7.3}", "");
         }
-        let get = |k: &str| gpuslice_field(&text, k);
-        let p0 = text
-            .lines()
-            .find(|l| l.starts_with("proc=0"))
-            .map(|l| gpuslice_field(l, "share"));
-        let p1 = text
-            .lines()
-            .find(|l| l.starts_with("proc=1"))
-            .map(|l| gpuslice_field(l, "share"));
-        println!(
-            "{:>8}µs  {:>8.3}  {:>8.3}  {:>8.3}",
-            us,
-            p0.flatten().unwrap_or(f64::NAN),
-            p1.flatten().unwrap_or(f64::NAN),
-            get("total_share").unwrap_or(f64::NAN)
+        println!("{row}");
+    }
+    println!("load average: {}", uptime());
+    Ok(())
+}
+
+/// `gpuslice-workload contend` with two processes and `us` kernels: (share 0, share 1, sum).
+fn contend(node: &SimNode, us: u64) -> Result<(f64, f64, f64)> {
+    let out = node
+        .workload()
+        .args([
+            "contend",
+            "--procs",
+            "2",
+            "--kernel-us",
+            &us.to_string(),
+            "--seconds",
+            "3",
+        ])
+        .output()
+        .context("running contend")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!(
+            "contend failed: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(())
+    let proc_share = |p: &str| {
+        text.lines()
+            .find(|l| l.starts_with(p))
+            .and_then(|l| gpuslice_field(l, "share"))
+            .unwrap_or(f64::NAN)
+    };
+    Ok((
+        proc_share("proc=0"),
+        proc_share("proc=1"),
+        gpuslice_field(&text, "total_share").unwrap_or(f64::NAN),
+    ))
+}
+
+/// `/proc/loadavg`'s three load averages.
+pub(crate) fn uptime() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn gpuslice_field(text: &str, key: &str) -> Option<f64> {

@@ -4,6 +4,7 @@
 //! simulator's ground truth, `Node::process_busy_ns`) / wall time. Prints one table per scenario
 //! and writes the SVG plots under `docs/`.
 
+use crate::bench::ENGINES;
 use crate::shell::{cargo, exec, target_dir};
 use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
@@ -211,6 +212,8 @@ struct Ctx<'a> {
     node: &'a SimNode,
     arb: &'a Arbiter,
     sim: &'a Node,
+    /// The simulator's engine model this context's node runs (`timeslice` / `kernel`).
+    engine: &'static str,
 }
 
 /// Saturating tenants with the given requests and workloads for 10.5 s; returns the 1 s windows
@@ -273,7 +276,7 @@ fn pct(x: f64) -> String {
 
 /// Builds (release) only what this benchmark runs and lays it out like the dist tree under
 /// `target/bench-share/` (so a half-edited unrelated crate cannot stop it).
-fn build_tree() -> Result<PathBuf> {
+pub(crate) fn build_tree() -> Result<PathBuf> {
     let mut cmd = cargo();
     cmd.args(["build", "--release"]);
     for p in [
@@ -309,12 +312,15 @@ fn build_tree() -> Result<PathBuf> {
 /// Options: `only=30-70,three,four,limit,idle,priority,scale,sweep` runs those scenarios
 /// (default all); `kernels=50,1000,20000` the 30/70 kernel sizes; `procs=N` the processes of
 /// the scale run (default 1024: 256 slices × 4); `rt=0,10` runs the scale scenario once per
-/// `[scheduler] realtime_priority` listed, one after the other (default `0`).
+/// `[scheduler] realtime_priority` listed, one after the other (default `0`);
+/// `engines=timeslice,kernel` the simulator's engine models every scenario runs under, one
+/// after the other, printed side by side (default both).
 struct Opts {
     only: Option<Vec<String>>,
     kernels: Vec<u64>,
     procs: usize,
     rt: Vec<u32>,
+    engines: Vec<&'static str>,
 }
 
 impl Opts {
@@ -324,6 +330,7 @@ impl Opts {
             kernels: vec![50, 1000, 20_000],
             procs: 1024,
             rt: vec![0],
+            engines: ENGINES.to_vec(),
         };
         for a in args {
             match a.split_once('=') {
@@ -369,7 +376,19 @@ impl Opts {
                         })
                         .collect::<Result<_>>()?;
                 }
-                _ => bail!("unknown option {a:?}; options: only=LIST kernels=LIST procs=N rt=LIST"),
+                Some(("engines", v)) => {
+                    o.engines = v
+                        .split(',')
+                        .map(|e| {
+                            ENGINES.iter().copied().find(|k| *k == e).with_context(|| {
+                                format!("{a:?}: engine {e:?} is not one of {}", ENGINES.join(","))
+                            })
+                        })
+                        .collect::<Result<_>>()?;
+                }
+                _ => bail!(
+                    "unknown option {a:?}; options: only=LIST kernels=LIST procs=N rt=LIST engines=LIST"
+                ),
             }
         }
         Ok(o)
@@ -397,50 +416,79 @@ fn loadavg() -> String {
 pub fn run(args: &[String]) -> Result<()> {
     let opts = Opts::parse(args)?;
     let dist = build_tree()?;
-    let node = SimNode::new(&dist, DEVICES)?;
-    let sim = open_sim(&node)?;
-    let arb = Arbiter::start(&dist, &node, "5ms")?;
-    let c = Ctx {
-        dist: &dist,
-        node: &node,
-        arb: &arb,
-        sim: &sim,
-    };
+    let mut nodes = Vec::new();
+    for &engine in &opts.engines {
+        let node = SimNode::with_engine(&dist, DEVICES, engine)?;
+        let sim = open_sim(&node)?;
+        let arb = Arbiter::start(&dist, &node, "5ms")?;
+        nodes.push((engine, node, sim, arb));
+    }
+    let ctxs: Vec<Ctx> = nodes
+        .iter()
+        .map(|(engine, node, sim, arb)| Ctx {
+            dist: &dist,
+            node,
+            arb,
+            sim,
+            engine,
+        })
+        .collect();
     println!(
         "command: cargo xtask bench share {}  (simulated H100 ×2, quantum 5 ms)",
         args.join(" ")
     );
     println!("achieved share = engine time of the tenant (simulator ground truth) / wall time");
+    println!(
+        "engine = the simulator's model: timeslice (preemptive 2 ms slices between contexts, \
+         as the GPU driver does) or kernel (whole kernels in turn)"
+    );
     println!("load = the host's 1-minute load average when the run ended\n");
 
     let mut plot_3070 = None;
     if opts.wants("30-70") {
-        plot_3070 = thirty_seventy(&c, &opts.kernels)?;
+        plot_3070 = thirty_seventy(&ctxs, &opts.kernels)?;
     }
+    let each = |f: fn(&Ctx) -> Result<()>| ctxs.iter().try_for_each(f);
     if opts.wants("three") {
-        three(&c)?;
+        println!("\n== 20/30/50, 1 ms kernels");
+        each(three)?;
     }
     if opts.wants("four") {
-        four(&c)?;
+        println!("== four equal tenants, 1 ms");
+        each(four)?;
     }
     if opts.wants("limit") {
-        limit(&c)?;
+        println!("== compute-limit 40 alone, 1 ms");
+        each(limit)?;
     }
     if opts.wants("idle") {
-        idle_resize(&c, plot_3070)?;
+        // the plots come from the first engine listed (the simulator's default unless told)
+        for (i, c) in ctxs.iter().enumerate() {
+            idle_resize(c, if i == 0 { plot_3070.take() } else { None }, i == 0)?;
+        }
     }
     if opts.wants("priority") {
-        priority(&c)?;
+        each(priority)?;
     }
-    drop(arb);
+    drop(ctxs);
+    let mut kept = Vec::new();
+    for (engine, node, sim, arb) in nodes {
+        drop(arb);
+        kept.push((engine, node, sim));
+    }
     if opts.wants("scale") {
-        for &rt in &opts.rt {
-            scale(&dist, opts.procs, rt)?;
+        for &(engine, _, _) in &kept {
+            for &rt in &opts.rt {
+                scale(&dist, opts.procs, rt, engine)?;
+            }
         }
     }
     if opts.wants("sweep") {
-        sweep(&dist, &node, &sim)?;
+        for (engine, node, sim) in &kept {
+            sweep(&dist, node, sim, engine)?;
+        }
     }
+    println!("\nload average at the end: {}", crate::bench::uptime());
     Ok(())
 }
 
@@ -461,11 +509,12 @@ fn handoffs0(arb: &Arbiter) -> u64 {
 }
 
 /// 30/70 for the given kernel sizes, a deep queue on the 30 % tenant for 1 ms and 50 µs.
-fn thirty_seventy(c: &Ctx, kernels: &[u64]) -> Result<Option<Samples>> {
+fn thirty_seventy(ctxs: &[Ctx], kernels: &[u64]) -> Result<Option<Samples>> {
     println!("== two saturating tenants, guarantees 30/70 (10 s window; 1 s windows min..max)");
     println!(
-        "{:<26} {:>7} {:>15} {:>7} {:>15} {:>6} {:>7} {:>9} {:>5}",
+        "{:<26} {:<9} {:>7} {:>15} {:>7} {:>15} {:>6} {:>7} {:>9} {:>5}",
         "kernel / queue depth",
+        "engine",
         "A 10s",
         "A 1s",
         "B 10s",
@@ -480,63 +529,66 @@ fn thirty_seventy(c: &Ctx, kernels: &[u64]) -> Result<Option<Samples>> {
         if !kernels.contains(&us) {
             continue;
         }
-        let h0 = handoffs0(c.arb);
-        let (w1, w10, samples) = shares_run(
-            c,
-            &[
-                (
-                    "a",
-                    "\"compute\":30,\"memory\":\"1Gi\"",
-                    saturate(us, 10.8, depth_a),
-                ),
-                (
-                    "b",
-                    "\"compute\":70,\"memory\":\"1Gi\"",
-                    saturate(us, 10.8, depth_b),
-                ),
-            ],
-        )?;
-        std::thread::sleep(Duration::from_millis(1100));
-        let handoffs = handoffs0(c.arb).saturating_sub(h0).max(1);
-        let range = |i: usize| {
-            let v: Vec<f64> = w1.iter().map(|w| w[i]).collect();
-            let lo = v.iter().copied().fold(1.0, f64::min);
-            let hi = v.iter().copied().fold(0.0, f64::max);
-            (lo, hi)
-        };
-        let (a_lo, a_hi) = range(0);
-        let (b_lo, b_hi) = range(1);
-        let ok10 = (w10[0] - 0.3).abs() <= 0.02 && (w10[1] - 0.7).abs() <= 0.02;
-        let ok1 = a_lo >= 0.25 && a_hi <= 0.35 && b_lo >= 0.65 && b_hi <= 0.75;
-        let device = w10[0] + w10[1];
-        // Device time lost per hand-off: idle device time over the whole run / hand-offs
-        // (the run is ~10.8 s of which 10 s are in the window: scale the idle fraction).
-        let lost_us = (1.0 - device) * 10.8e6 / handoffs as f64;
-        println!(
-            "{:<26} {:>7} {:>7}..{:<7} {:>7} {:>7}..{:<7} {:>6} {:>7} {:>6.0} µs {:>5}",
-            format!("{us} µs, depth A {depth_a} B {depth_b}"),
-            pct(w10[0]),
-            pct(a_lo),
-            pct(a_hi),
-            pct(w10[1]),
-            pct(b_lo),
-            pct(b_hi),
-            pct(device),
-            if ok10 && ok1 { "ok" } else { "MISS" },
-            lost_us,
-            loadavg()
-        );
-        DRAINS.with(|d| {
-            let d = d.borrow();
-            if d.len() == 2 {
-                println!(
-                    "{:<26} drain p99 (revoke → reported): A {:.0} µs, B {:.0} µs; {} hand-offs",
+        for (i, c) in ctxs.iter().enumerate() {
+            let h0 = handoffs0(c.arb);
+            let (w1, w10, samples) = shares_run(
+                c,
+                &[
+                    (
+                        "a",
+                        "\"compute\":30,\"memory\":\"1Gi\"",
+                        saturate(us, 10.8, depth_a),
+                    ),
+                    (
+                        "b",
+                        "\"compute\":70,\"memory\":\"1Gi\"",
+                        saturate(us, 10.8, depth_b),
+                    ),
+                ],
+            )?;
+            std::thread::sleep(Duration::from_millis(1100));
+            let handoffs = handoffs0(c.arb).saturating_sub(h0).max(1);
+            let range = |i: usize| {
+                let v: Vec<f64> = w1.iter().map(|w| w[i]).collect();
+                let lo = v.iter().copied().fold(1.0, f64::min);
+                let hi = v.iter().copied().fold(0.0, f64::max);
+                (lo, hi)
+            };
+            let (a_lo, a_hi) = range(0);
+            let (b_lo, b_hi) = range(1);
+            let ok10 = (w10[0] - 0.3).abs() <= 0.02 && (w10[1] - 0.7).abs() <= 0.02;
+            let ok1 = a_lo >= 0.25 && a_hi <= 0.35 && b_lo >= 0.65 && b_hi <= 0.75;
+            let device = w10[0] + w10[1];
+            // Device time lost per hand-off: idle device time over the whole run / hand-offs
+            // (the run is ~10.8 s of which 10 s are in the window: scale the idle fraction).
+            let lost_us = (1.0 - device) * 10.8e6 / handoffs as f64;
+            println!(
+                "{:<26} {:<9} {:>7} {:>7}..{:<7} {:>7} {:>7}..{:<7} {:>6} {:>7} {:>6.0} µs {:>5}",
+                format!("{us} µs, depth A {depth_a} B {depth_b}"),
+                c.engine,
+                pct(w10[0]),
+                pct(a_lo),
+                pct(a_hi),
+                pct(w10[1]),
+                pct(b_lo),
+                pct(b_hi),
+                pct(device),
+                if ok10 && ok1 { "ok" } else { "MISS" },
+                lost_us,
+                loadavg()
+            );
+            DRAINS.with(|d| {
+                let d = d.borrow();
+                if d.len() == 2 {
+                    println!(
+                    "{:<36} drain p99 (revoke → reported): A {:.0} µs, B {:.0} µs; {} hand-offs",
                     "", d[0], d[1], handoffs
                 );
+                }
+            });
+            if us == 1000 && i == 0 {
+                plot = Some(samples);
             }
-        });
-        if us == 1000 {
-            plot = Some(samples);
         }
     }
     Ok(plot)
@@ -568,7 +620,8 @@ fn three(c: &Ctx) -> Result<()> {
         .flat_map(|w| w.iter().zip([0.2, 0.3, 0.5]).map(|(g, t)| (g - t).abs()))
         .fold(0.0, f64::max);
     println!(
-        "\n== 20/30/50, 1 ms kernels: 10 s shares {} / {} / {}; worst 1 s deviation {:.1} points (load {})",
+        "   {:<9} 10 s shares {} / {} / {}; worst 1 s deviation {:.1} points (load {})",
+        c.engine,
         pct(w10[0]),
         pct(w10[1]),
         pct(w10[2]),
@@ -592,7 +645,8 @@ fn four(c: &Ctx) -> Result<()> {
     let (w1, w10, _) = shares_run(c, &four)?;
     let worst_j = w1.iter().map(|w| jain(w)).fold(1.0, f64::min);
     println!(
-        "== four equal tenants, 1 ms: 10 s shares {} {} {} {}; Jain 10 s {:.4}, worst 1 s {:.4} (load {})",
+        "   {:<9} 10 s shares {} {} {} {}; Jain 10 s {:.4}, worst 1 s {:.4} (load {})",
+        c.engine,
         pct(w10[0]),
         pct(w10[1]),
         pct(w10[2]),
@@ -615,7 +669,8 @@ fn limit(c: &Ctx) -> Result<()> {
     )?;
     let max1 = w1.iter().map(|w| w[0]).fold(0.0, f64::max);
     println!(
-        "== compute-limit 40 alone, 1 ms: 10 s {} %, highest 1 s window {} % (load {})",
+        "   {:<9} 10 s {} %, highest 1 s window {} % (load {})",
+        c.engine,
         pct(w10[0]),
         pct(max1),
         loadavg()
@@ -624,8 +679,10 @@ fn limit(c: &Ctx) -> Result<()> {
 }
 
 /// The quantum: 30/70 with 1 ms kernels under 2, 5 and 10 ms.
-fn sweep(dist: &Path, node: &SimNode, sim: &Node) -> Result<()> {
-    println!("\n== quantum sweep: 30/70, 1 ms kernels, depth 4, 6 s (shares over the last 5 s)");
+fn sweep(dist: &Path, node: &SimNode, sim: &Node, engine: &str) -> Result<()> {
+    println!(
+        "\n== quantum sweep ({engine} engine): 30/70, 1 ms kernels, depth 4, 6 s (shares over the last 5 s)"
+    );
     println!(
         "{:>8} {:>7} {:>7} {:>9} {:>5}",
         "quantum", "A", "B", "device", "load"
@@ -676,7 +733,7 @@ fn rolling(samples: &[(f64, Vec<u64>)], i: usize, at: usize, span: f64) -> f64 {
     v1[i].saturating_sub(v0[i]) as f64 / 1e9 / (t1 - t0)
 }
 
-fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
+fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>, plots: bool) -> Result<()> {
     let da = c.arb.admit("a", "\"compute\":30,\"memory\":\"1Gi\"")?;
     let db = c.arb.admit("b", "\"compute\":70,\"memory\":\"1Gi\"")?;
     let ta = tenant(c.node, c.dist, &da, &saturate(1000, 8.5, 2))?;
@@ -760,8 +817,10 @@ fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
     };
     let ms = |x: Option<f64>| x.map_or("never".into(), |v| format!("{:.0} ms", v * 1e3));
     println!(
-        "\n== idle / new tenant / update (1 ms kernels, 2 ms samples; converged = share over the \
-         next 50 ms within 10 points of the target)"
+        "\n== idle / new tenant / update, {} engine (1 ms kernels, 2 ms samples; converged = \
+         share over the next 50 ms within 10 points of the target; load {})",
+        c.engine,
+        loadavg()
     );
     println!(
         "   B (70) goes idle at {t_stop:.2} s: A (30) above 90 % after {} (quantum 5 ms; \
@@ -776,6 +835,9 @@ fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
         "   update at {t_upd:.2} s (A 30→70, B 70→30): A within 10 points of 70 % after {}",
         ms(conv(t_upd, 0, 0.7))
     );
+    if !plots {
+        return Ok(());
+    }
     let series = |s: &[(f64, Vec<u64>)], i: usize, step: usize, span: f64| -> Vec<(f64, f64)> {
         (0..s.len())
             .step_by(step)
@@ -802,7 +864,10 @@ fn idle_resize(c: &Ctx, plot_3070: Option<Vec<(f64, Vec<u64>)>>) -> Result<()> {
             &[],
         )?;
     }
-    println!("   plots: docs/share-30-70.svg, docs/share-idle-resize.svg");
+    println!(
+        "   plots ({} engine): docs/share-30-70.svg, docs/share-idle-resize.svg",
+        c.engine
+    );
     Ok(())
 }
 
@@ -860,7 +925,10 @@ fn priority(c: &Ctx) -> Result<()> {
     };
     let (pa, pw, pn) = (p99_of(&alone[0]), p99_of(&with_prio), p99_of(&without));
     println!(
-        "\n== high priority: 1 ms requests at 50/s beside a saturating 1 ms, depth-64 neighbour"
+        "\n== high priority, {} engine: 1 ms requests at 50/s beside a saturating 1 ms, \
+         depth-64 neighbour (load {})",
+        c.engine,
+        loadavg()
     );
     println!("   alone:                      p99 {pa:.2} ms");
     println!(
@@ -916,16 +984,20 @@ fn arbiter_cpu(pid: u32, secs: u64) -> f64 {
 /// and is mostly idle (one 200 µs request every 50 s) except one per slice, which is light (one
 /// request a second). Reports arbiter CPU idle (slices, no processes), with every process
 /// attached, hand-off p99 over that run, and then with eight saturating tenants beside them.
-fn scale(dist: &Path, procs: usize, rt: u32) -> Result<()> {
+fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()> {
+    println!("\n== scale, {engine} engine");
     let devices = [SCALE_DEVICES; 8].join(";");
-    let state_dir =
-        std::env::temp_dir().join(format!("gpuslice-xtask-scale-{}", std::process::id()));
+    let state_dir = std::env::temp_dir().join(format!(
+        "gpuslice-xtask-scale-{}-{engine}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&state_dir);
     std::fs::create_dir_all(&state_dir)?;
     let node = SimNode {
         dist: dist.to_path_buf(),
         state_dir,
         devices,
+        engine: Some(engine),
     };
     let sim = open_sim(&node)?;
     // Admission reserves the contexts the processes really hold (300 MiB each, 4 per slice).

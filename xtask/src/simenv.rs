@@ -9,18 +9,37 @@ pub struct SimNode {
     pub dist: PathBuf,
     pub state_dir: PathBuf,
     pub devices: String,
+    /// `GPUSLICE_SIM_ENGINE` for its processes (`None`: the simulator's default).
+    pub engine: Option<&'static str>,
 }
 
 impl SimNode {
     /// A node with a fresh state file under a new temporary directory.
     pub fn new(dist: &Path, devices: &str) -> std::io::Result<SimNode> {
-        let state_dir = std::env::temp_dir().join(format!("gpuslice-xtask-{}", std::process::id()));
+        Self::make(dist, devices, None)
+    }
+
+    /// A node whose engine runs in `engine` mode (`timeslice` or `kernel`), with a state
+    /// directory of its own, so nodes of both modes can exist side by side.
+    pub fn with_engine(
+        dist: &Path,
+        devices: &str,
+        engine: &'static str,
+    ) -> std::io::Result<SimNode> {
+        Self::make(dist, devices, Some(engine))
+    }
+
+    fn make(dist: &Path, devices: &str, engine: Option<&'static str>) -> std::io::Result<SimNode> {
+        let suffix = engine.map(|e| format!("-{e}")).unwrap_or_default();
+        let state_dir =
+            std::env::temp_dir().join(format!("gpuslice-xtask-{}{suffix}", std::process::id()));
         std::fs::create_dir_all(&state_dir)?;
         let _ = std::fs::remove_file(state_dir.join("sim.state"));
         Ok(SimNode {
             dist: dist.to_path_buf(),
             state_dir,
             devices: devices.to_string(),
+            engine,
         })
     }
 
@@ -37,6 +56,12 @@ impl SimNode {
             ),
             ("GPUSLICE_SIM_DEVICES".into(), self.devices.clone()),
         ]
+        .into_iter()
+        .chain(
+            self.engine
+                .map(|e| ("GPUSLICE_SIM_ENGINE".to_string(), e.to_string())),
+        )
+        .collect()
     }
 
     /// A `gpuslice-workload` command from the dist tree with this node's environment.
