@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -723,24 +723,19 @@ fn parse_stat(text: &[u8]) -> Option<(u8, u32, u64)> {
 
 impl RealHost {
     fn signal(&self, pid: u32, start: u64, sig: i32) -> io::Result<()> {
-        let p = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
-        // SAFETY: pidfd_open takes a pid and flags; no memory is passed.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, p, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = i32::try_from(fd).map_err(io::Error::other)?;
-        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // The pidfd now pins the process; check it is the one judged (not a reused pid).
-        match self.process(pid) {
-            Some(h) if h.start == start => {}
-            _ => {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "process gone (or its pid reused) before the signal",
-                ))
+        let fd = match crate::syscalls::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) if crate::syscalls::unsupported(&e) => {
+                return self.signal_by_kill(pid, start, sig)
             }
+            Err(e) => return Err(e),
+        };
+        // The pidfd now pins the process; check it is the one judged (not a reused pid).
+        if self.process(pid).is_none_or(|h| h.start != start) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "process gone (or its pid reused) before the signal",
+            ));
         }
         // SAFETY: pidfd_send_signal with a live pidfd, a signal number, no siginfo, no flags.
         let rc = unsafe {
@@ -753,6 +748,26 @@ impl RealHost {
             )
         };
         if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl RealHost {
+    /// The signal without a pidfd (Linux < 5.3, a sandbox, or forced fallbacks): the start time
+    /// is checked, then `kill(2)`. The pid could be reused between the two calls — a full pid
+    /// wrap-around within those microseconds; docs/kernels.md states the window.
+    fn signal_by_kill(&self, pid: u32, start: u64, sig: i32) -> io::Result<()> {
+        if self.process(pid).is_none_or(|h| h.start != start) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "process gone (or its pid reused) before the signal",
+            ));
+        }
+        let p = libc::pid_t::try_from(pid).map_err(io::Error::other)?;
+        // SAFETY: kill takes a pid and a signal number; no memory is passed.
+        if unsafe { libc::kill(p, sig) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
@@ -1083,6 +1098,27 @@ mod tests {
             "1"
         );
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn kill_fallback_checks_the_start_time() {
+        let h = RealHost::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = h.process(pid).unwrap().start;
+        let e = h.signal_by_kill(pid, start + 1, libc::SIGKILL).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(
+            h.process(pid).is_some(),
+            "a wrong start time signals nothing"
+        );
+        h.signal_by_kill(pid, start, libc::SIGKILL).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(h.signal_by_kill(pid, start, libc::SIGKILL).is_err(), "gone");
     }
 
     #[test]

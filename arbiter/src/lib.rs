@@ -17,6 +17,7 @@ pub mod server;
 pub mod shutdown;
 pub mod slices;
 pub mod store;
+pub mod syscalls;
 
 pub use admission::{Admission, AdmitError, Admitted, Change, Updated};
 pub use fit::{Constraint, DeviceRefusal, Load, Policy, Refusal};

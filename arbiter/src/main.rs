@@ -111,6 +111,10 @@ fn run(cli: Cli) -> Result<()> {
         config.state_dir.display()
     );
     let mut state = state;
+    // Old kernels and sandboxes: say once which newer syscalls are replaced by fallbacks.
+    for f in gpuslice_arbiter::syscalls::fallbacks_in_use() {
+        tracing::warn!("kernel fallback: {f}");
+    }
     let sched = Arc::new(gpuslice_arbiter::sched::Scheduler::with_realtime(
         config.scheduler.quantum,
         config.scheduler.realtime_priority,

@@ -24,7 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -172,17 +172,11 @@ impl ProcFs {
     }
 }
 
-/// Opens a pidfd for `pid` (None where unsupported or the process is gone).
+/// Opens a pidfd for `pid` (None where unsupported — before Linux 5.3, in some sandboxes, or
+/// with `GPUSLICE_FORCE_SYSCALL_FALLBACKS=1` — or when the process is gone): the watcher then
+/// re-reads `/proc/<pid>/stat` each tick.
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).ok()?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is passed.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return None;
-    }
-    let fd = i32::try_from(fd).ok()?;
-    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::syscalls::pidfd_open(pid).ok()
 }
 
 /// One process identity the loop watches.

@@ -1,14 +1,16 @@
 //! The futex calls of the scheduler loop: wake the waiters of a lease word, wait on one word
 //! (the drain counter) and wait on many at once (`futex_waitv`: the demand words of every slice
 //! of a device plus the loop's control word), each with an absolute CLOCK_MONOTONIC deadline.
+//! Where the kernel lacks `futex_waitv` (before 5.16; gVisor) or fallbacks are forced
+//! (`crate::syscalls`), [`wait_any`] waits on one word at a time and re-checks the others.
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering::Acquire};
 use std::time::Duration;
 
 /// `futex_waitv` accepts at most this many words.
 pub const WAITV_MAX: usize = 128;
 /// `SYS_futex_waitv` (the same number on every architecture that has it).
-const SYS_FUTEX_WAITV: libc::c_long = 449;
+pub(crate) const SYS_FUTEX_WAITV: libc::c_long = 449;
 const FUTEX_32: u32 = 2;
 const FUTEX_PRIVATE: u32 = 128;
 
@@ -93,12 +95,15 @@ struct FutexWaitv {
 }
 
 /// Waits until any of `words` changes or is woken, or until `deadline` (CLOCK_MONOTONIC ns;
-/// `None` = no deadline). Only the first [`WAITV_MAX`] words are waited on. Falls back to a
-/// short sleep if the kernel lacks `futex_waitv`.
+/// `None` = no deadline). Only the first [`WAITV_MAX`] words are waited on. Without
+/// `futex_waitv`, [`wait_any_fallback`].
 pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) {
+    let words = &words[..words.len().min(WAITV_MAX)];
+    if !crate::syscalls::use_futex_waitv() {
+        return wait_any_fallback(words, deadline);
+    }
     let v: Vec<FutexWaitv> = words
         .iter()
-        .take(WAITV_MAX)
         .map(|w| FutexWaitv {
             val: u64::from(w.val),
             uaddr: w.addr as u64,
@@ -123,10 +128,60 @@ pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) {
             libc::CLOCK_MONOTONIC,
         )
     };
-    if rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+    if rc < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            crate::syscalls::note_futex_waitv(Some(&e));
+            wait_any_fallback(words, deadline);
+        }
+    }
+}
+
+/// The `futex_waitv` fallback: returns when any word differs from its value, when the first
+/// word is woken, or at `deadline`. (A wake that changes nothing can be missed between two
+/// slices; every waker here changes its word first.) Waits with `FUTEX_WAIT` on the first word (the loop's
+/// control word, or the watcher's stop word) in slices of `syscalls::FALLBACK_SLICE`, re-reading
+/// every other word between slices: a change of another word is seen within one slice.
+pub fn wait_any_fallback(words: &[WaitWord], deadline: Option<u64>) {
+    let Some(first) = words.first() else {
+        if let Some(d) = deadline {
+            std::thread::sleep(Duration::from_nanos(d.saturating_sub(now_ns())));
+        }
+        return;
+    };
+    let slice = crate::syscalls::FALLBACK_SLICE.as_nanos() as u64;
+    loop {
+        // SAFETY: every address is a live, aligned u32 the caller keeps mapped (wait_any's
+        // contract); an atomic load only reads it.
+        let changed = words
+            .iter()
+            .any(|w| unsafe { (*(w.addr as *const AtomicU32)).load(Acquire) } != w.val);
         let now = now_ns();
-        let until = deadline.unwrap_or(now + 1_000_000).min(now + 1_000_000);
-        std::thread::sleep(Duration::from_nanos(until.saturating_sub(now)));
+        if changed || deadline.is_some_and(|d| now >= d) {
+            return;
+        }
+        let wait = deadline.map_or(slice, |d| (d - now).min(slice));
+        let ts = timespec(wait);
+        let op = libc::FUTEX_WAIT
+            | if first.private {
+                libc::FUTEX_PRIVATE_FLAG
+            } else {
+                0
+            };
+        // SAFETY: as above for `first.addr`; `ts` is a valid relative timeout.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                first.addr,
+                op,
+                first.val,
+                &ts as *const libc::timespec,
+            )
+        };
+        if rc == 0 {
+            // Woken (a wake without a change still ends the wait, as with futex_waitv).
+            return;
+        }
     }
 }
 
@@ -166,5 +221,66 @@ mod tests {
         );
         assert!(now_ns() - t0 < 4_000_000_000, "woken early");
         h.join().unwrap();
+    }
+
+    fn word(w: &AtomicU32, private: bool) -> WaitWord {
+        WaitWord {
+            addr: w.as_ptr(),
+            val: w.load(SeqCst),
+            private,
+        }
+    }
+
+    #[test]
+    fn fallback_sees_a_change_of_any_word_and_the_deadline() {
+        let (ctl, other) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(7)));
+        // The deadline.
+        let t0 = now_ns();
+        wait_any_fallback(
+            &[word(&ctl, true), word(&other, false)],
+            Some(t0 + 20_000_000),
+        );
+        let waited = now_ns() - t0;
+        assert!((15_000_000..1_000_000_000).contains(&waited), "{waited} ns");
+        // A change of the second word (no wake on it): seen within a few slices.
+        let o2 = Arc::clone(&other);
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            o2.store(8, SeqCst);
+            now_ns()
+        });
+        wait_any_fallback(
+            &[
+                word(&ctl, true),
+                WaitWord {
+                    val: 7,
+                    ..word(&other, false)
+                },
+            ],
+            None,
+        );
+        let seen = now_ns();
+        let changed = h.join().unwrap();
+        assert!(seen >= changed, "returned only after the change");
+        assert!(
+            seen - changed < 50_000_000,
+            "seen {} µs late",
+            (seen - changed) / 1000
+        );
+        // A change and wake of the first word ends the wait at once.
+        let c2 = Arc::clone(&ctl);
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            c2.fetch_add(1, SeqCst);
+            wake_private(&c2);
+        });
+        let t0 = now_ns();
+        wait_any_fallback(&[word(&ctl, true)], Some(t0 + 5_000_000_000));
+        assert!(now_ns() - t0 < 4_000_000_000, "woken");
+        h.join().unwrap();
+        // No words: just the deadline.
+        let t0 = now_ns();
+        wait_any_fallback(&[], Some(t0 + 5_000_000));
+        assert!(now_ns() - t0 >= 4_000_000);
     }
 }
