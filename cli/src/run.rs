@@ -1,6 +1,9 @@
 //! `gpuslice run`: admit a slice owned by this process, start the command under the interposer
 //! (`LD_PRELOAD`, `GPUSLICE_SLICE_DIR`, `CUDA_VISIBLE_DEVICES` = the placed devices), forward
 //! SIGINT / SIGTERM / SIGHUP to it, release the slice when it exits and exit with its status.
+//! It is the subreaper of the command's descendants: one that double-forks stays its descendant
+//! (and so attributed to the slice by the arbiter's backstop), and whatever the command leaves
+//! running when it exits is killed before the slice is released.
 //!
 //! Exit status: the command's own; 128 + N when a signal N killed it; 125 when gpuslice itself
 //! failed (refused, arbiter unreachable, interposer missing) — nothing was started then; 126 when
@@ -150,16 +153,25 @@ fn forward_signals(pid: libc::pid_t, reaped: Reaped) {
 }
 
 /// Waits for the child to exit without reaping it, marks it reaped under the lock, then reaps.
+/// Meanwhile reaps the orphans of the command that were re-parented to us (we are their
+/// subreaper), so none stays a zombie.
 fn wait_child(child: &mut std::process::Child, reaped: &Reaped) -> std::io::Result<ExitStatus> {
-    let pid = child.id() as libc::id_t;
+    let pid = child.id() as libc::pid_t;
     loop {
         // SAFETY: siginfo_t is plain data filled by waitid.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: `info` is valid for writes; WNOWAIT leaves the child waitable for std.
-        let rc =
-            unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if rc == 0 {
-            break;
+            // SAFETY: waitid filled `info` for an exited child, so si_pid is valid to read.
+            let who = unsafe { info.si_pid() };
+            if who == pid {
+                break;
+            }
+            // An orphan of the command: reap it (it is ours, so the pid names nobody else).
+            // SAFETY: waitpid on our own exited child; a null status pointer is allowed.
+            unsafe { libc::waitpid(who, std::ptr::null_mut(), libc::WNOHANG) };
+            continue;
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != std::io::ErrorKind::Interrupted {
@@ -168,6 +180,46 @@ fn wait_child(child: &mut std::process::Child, reaped: &Reaped) -> std::io::Resu
     }
     *reaped.lock().unwrap_or_else(PoisonError::into_inner) = true;
     child.wait()
+}
+
+/// Our children now: the command's descendants re-parented to us after their parents exited.
+fn children() -> Vec<libc::pid_t> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Ends what the command left running once it exited: the slice is released next, and a
+/// process still running then would hold the GPU with no cap. Kills our children (each kill
+/// re-parents their own children to us, so this repeats) and reaps them; gives up after 5 s.
+/// Returns how many were killed.
+fn end_descendants() -> usize {
+    let mut killed = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let kids = children();
+        if kids.is_empty() || std::time::Instant::now() > deadline {
+            return killed;
+        }
+        for k in kids {
+            // SAFETY: `k` is our unreaped child, so the pid cannot name another process.
+            if unsafe { libc::kill(k, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+            // SAFETY: waitpid on our own child; a null status pointer is allowed.
+            unsafe { libc::waitpid(k, std::ptr::null_mut(), 0) };
+        }
+    }
 }
 
 /// In the forked child, before exec: only async-signal-safe calls.
@@ -243,6 +295,11 @@ fn run_inner(plan: RunPlan) -> Result<i32, RunError> {
         )
         .env("GPUSLICE_SLICE_DIR", &slice_dir)
         .env("CUDA_VISIBLE_DEVICES", uuids.join(","));
+    // Descendants whose parent exits (a double fork, a daemonising child) are re-parented to
+    // us instead of init: they stay descendants of the slice's owner (this process), which is
+    // how the arbiter's backstop attributes them, and we end them with the command.
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag, no pointers.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) };
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
     // functions (see `child_setup`) on no shared state.
@@ -275,6 +332,13 @@ fn run_inner(plan: RunPlan) -> Result<i32, RunError> {
             .spawn(move || forward_signals(pid, reaped));
     }
     let status = wait_child(&mut child, &reaped);
+    let left = end_descendants();
+    if left > 0 {
+        eprintln!(
+            "gpuslice run: the command left {left} process(es) running; killed them before \
+             releasing the slice"
+        );
+    }
     // The connection may have idled out during a long run: release on a fresh one.
     match Client::connect(&plan.state_dir) {
         Ok(mut c) => release(&mut c),

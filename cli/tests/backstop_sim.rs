@@ -248,6 +248,61 @@ fn a_bypassing_tenant_over_its_cap_is_killed_within_a_second() {
     );
 }
 
+/// A bypassing process that double-forks away from the command (its parent exits, so it is
+/// re-parented) is still a descendant of the slice's owner, `gpuslice run`, its subreaper: the
+/// backstop attributes it and kills it while the command runs on.
+#[test]
+fn a_double_forked_bypassing_child_is_still_attributed_and_killed() {
+    let n = Node::start("dfork", "memory_action = \"kill\"");
+    let linked = profile_dir().join("gpuslice-workload-linked");
+    let pid_file = n.dir.join("orphan.pid");
+    let script = format!(
+        "(env -u LD_PRELOAD {} --via link fill --chunk 1Gi --hold-ms 30000 >/dev/null 2>&1 & \
+         echo $! > {}); sleep 30",
+        linked.display(),
+        pid_file.display()
+    );
+    let mut c = n
+        .gpuslice(&["run", "--memory", "256Mi", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let orphan: u32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no orphan pid");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z"))
+    };
+    let t0 = Instant::now();
+    while alive(orphan) && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let survived = alive(orphan);
+    let command_running = c.try_wait().unwrap().is_none();
+    let _ = c.kill();
+    let _ = c.wait();
+    assert!(
+        !survived,
+        "the double-forked child {orphan} held 1 GiB under a 256 MiB cap for 20 s; log:\n{}",
+        n.log()
+    );
+    assert!(
+        command_running,
+        "the command itself must still run: only the child was over"
+    );
+    let log = n.log();
+    assert!(log.contains(&format!("killed pid {orphan}")), "log:\n{log}");
+}
+
 #[test]
 fn with_action_log_the_tenant_is_only_logged_and_counted() {
     let n = Node::start("log", "memory_action = \"log\"");

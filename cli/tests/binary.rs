@@ -243,6 +243,34 @@ fn missing_command_and_bad_option() {
     assert!(!node.dir.join("ran").exists());
 }
 
+/// What the command leaves running (a background child, a double fork) is killed when it exits,
+/// before the slice is released: it would hold the GPU with no cap otherwise.
+#[test]
+fn leftover_descendants_are_killed_with_the_command() {
+    let node = Node::new("leftover", true);
+    let pids = node.dir.join("pids");
+    let script = format!(
+        "sleep 300 & echo $! > {p}; (sleep 300 & echo $! >> {p}) ; exit 3",
+        p = pids.display()
+    );
+    let o = node.out(&["run", "--", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("left 2 process(es) running; killed them"),
+        "{}",
+        stderr(&o)
+    );
+    let text = std::fs::read_to_string(&pids).unwrap();
+    for pid in text.split_whitespace() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z"),
+            "descendant {pid} still runs: {stat}"
+        );
+    }
+    assert_eq!(node.slices(), 0);
+}
+
 /// `--memory 100%` is all one slice can be promised on the device (the total less the context
 /// reserve), not a cap that can never be admitted; a slice id that names the arbiter's socket
 /// is a bad request, not an internal error.
