@@ -26,6 +26,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIM_DEVICES = "name=NVIDIA H200,mem=141Gi,sms=132,cc=9.0"
+SIM_DRIVER_VERSION = "13000"
+# What may come back from a device run: at most 8 files in $OUT, each at most 16 MiB.
+OUT_FILE_LIMIT = 16 * (1 << 20)
 GiB = 1 << 30
 MiB = 1 << 20
 # Concurrent tenants need a memory cap: an uncapped slice is admitted only onto a whole device.
@@ -82,6 +85,9 @@ class Kit:
             f.write("[metrics]\nenabled = false\n")
         self.env = dict(os.environ)
         for k in list(self.env):
+            # The kernel-fallback switch (docs/kernels.md) is the one setting that passes through.
+            if k == "GPUSLICE_FORCE_SYSCALL_FALLBACKS":
+                continue
             if k.startswith("GPUSLICE_") or k in ("LD_PRELOAD", "PYTORCH_CUDA_ALLOC_CONF"):
                 del self.env[k]
         self.env["GPUSLICE_STATE_DIR"] = self.state
@@ -91,6 +97,8 @@ class Kit:
             self.env["GPUSLICE_SIM_STATE"] = os.path.join(self.tmp, "sim.state")
             self.env["GPUSLICE_SIM_DEVICES"] = SIM_DEVICES
             self.env["GPUSLICE_NVML_LIBRARY"] = os.path.join(self.dist, "sim/libnvidia-ml.so.1")
+            # The GPU machine runs driver 580 / CUDA 13.0: the simulator advertises the same.
+            self.env["GPUSLICE_SIM_DRIVER_VERSION"] = SIM_DRIVER_VERSION
         self.rows = []  # (section, measurement, value, expected, verdict)
         self.raw = {"mode": "dry-run (simulated GPU)" if self.dry else "real GPU", "steps": {}}
         self.arbiter = None
@@ -500,6 +508,45 @@ class Kit:
         return "\n".join(lines)
 
 
+def row_json(r):
+    """One table row for gpu-kit.json, marked measured or skipped (with the reason)."""
+    section, what, value, expected, verdict = r
+    if verdict == "SKIP":
+        status = f"skipped: {expected or value}"
+    elif verdict == "ERROR":
+        status = f"not measured: {value}"
+    else:
+        status = "measured"
+    return {"section": section, "measurement": what, "value": value, "expected": expected,
+            "verdict": verdict, "status": status}
+
+
+def copy_tail(src, dst, limit):
+    """Copies at most the last `limit` bytes of `src` (what a device run may bring back)."""
+    try:
+        with open(src, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except OSError:
+        return
+    with open(dst, "wb") as f:
+        f.write(data)
+
+
+def default_dist(repo):
+    """$GPUSLICE_DIST; the tree this script lies in (its kit/ copy); target/gpu-kit/tree;
+    target/dist."""
+    if os.environ.get("GPUSLICE_DIST"):
+        return os.environ["GPUSLICE_DIST"]
+    up = os.path.dirname(HERE)
+    if os.path.exists(os.path.join(up, "usr/bin/gpuslice")):
+        return up
+    kit = os.path.join(repo, "target/gpu-kit/tree")
+    return kit if os.path.isdir(kit) else os.path.join(repo, "target/dist")
+
+
 def fmt_bytes(v):
     if v is None:
         return "n/a"
@@ -515,8 +562,7 @@ def main():
     ap = argparse.ArgumentParser(description="gpuslice real-GPU validation kit (issue #8)")
     ap.add_argument("--dry-run", action="store_true",
                     help="use the simulated GPU in DIST/sim and gpuslice-workload (no PyTorch)")
-    ap.add_argument("--dist", default=os.environ.get("GPUSLICE_DIST",
-                                                     os.path.join(repo, "target/dist")))
+    ap.add_argument("--dist", default=default_dist(repo))
     ap.add_argument("--out", default=os.environ.get("OUT"),
                     help="directory for gpu-kit.md and gpu-kit.json (default $OUT)")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for everything")
@@ -534,8 +580,8 @@ def main():
             return 2
     for b in ("usr/bin/gpuslice", "usr/bin/gpuslice-arbiter", "usr/lib/gpuslice/libgpuslice.so"):
         if not os.path.exists(os.path.join(args.dist, b)):
-            print(f"gpu kit: {b} missing under --dist {args.dist} (run `cargo xtask dist` and "
-                  "carry target/dist)", file=sys.stderr)
+            print(f"gpu kit: {b} missing under --dist {args.dist} (run `cargo xtask gpu-kit` and "
+                  "carry target/gpu-kit/tree)", file=sys.stderr)
             return 2
     atexit.register(kill_groups)
     signal.signal(signal.SIGTERM, on_signal)
@@ -562,13 +608,11 @@ def main():
             os.makedirs(args.out, exist_ok=True)
             with open(os.path.join(args.out, "gpu-kit.md"), "w") as f:
                 f.write(table + "\n")
-            kit.raw["rows"] = kit.rows
+            kit.raw["rows"] = [row_json(r) for r in kit.rows]
             with open(os.path.join(args.out, "gpu-kit.json"), "w") as f:
                 json.dump(kit.raw, f, indent=1)
-            try:
-                shutil.copy(os.path.join(kit.tmp, "arbiter.log"), args.out)
-            except OSError:
-                pass
+            copy_tail(os.path.join(kit.tmp, "arbiter.log"),
+                      os.path.join(args.out, "arbiter.log"), OUT_FILE_LIMIT)
         shutil.rmtree(kit.tmp, ignore_errors=True)
     bad = sum(1 for r in kit.rows if r[4] in ("FAIL", "ERROR"))
     return 1 if bad else 0

@@ -7,6 +7,7 @@
 //! - `bench NAME` runs a benchmark that prints ratios measured side by side in one run.
 //! - `demo` runs the main story on the simulated GPU (or the real one when a driver is present).
 //! - `fuzz [--time SECS] [TARGET…]` runs the cargo-fuzz targets in `fuzz/` (`docs/fuzzing.md`).
+//! - `gpu-kit [--sim]` builds the small tree that travels to the real-GPU machine.
 //! - `gen-procaddr DIR…` regenerates the `cuGetProcAddress` table from CUDA headers.
 
 mod bench;
@@ -16,6 +17,7 @@ mod demo;
 mod dist;
 mod fuzz;
 mod gen_procaddr;
+mod gpu_kit;
 mod package;
 mod shell;
 mod simenv;
@@ -80,6 +82,12 @@ enum Command {
         /// Targets to run, in order.
         targets: Vec<String>,
     },
+    /// Build the real-GPU kit's travelling tree, target/gpu-kit/tree (stripped, < 32 MiB).
+    GpuKit {
+        /// Include the simulated GPU (for the dry run).
+        #[arg(long)]
+        sim: bool,
+    },
     /// Regenerate abi/src/procaddr_table.rs from CUDA include directories (cudaTypedefs.h, cuda.h).
     GenProcaddr {
         /// Include directories, e.g. the 12.9 and 13.0 runtime wheels' `include/`.
@@ -111,6 +119,7 @@ fn run(cli: Cli) -> Result<()> {
             targets,
             sanitizer,
         }),
+        Command::GpuKit { sim } => gpu_kit::prepare(sim).map(|_| ()),
         Command::GenProcaddr { dirs } => gen_procaddr::run(&shell::root(), &dirs),
     }
 }
