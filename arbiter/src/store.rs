@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use gpuslice_api::protocol::valid_slice_id;
@@ -30,12 +30,16 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (creating if needed, mode 0755) the state directory.
+    /// Opens (creating if needed) the state directory and makes it mode 0700: only its owner
+    /// (root, or the arbiter's own user) may reach the socket and the slice directories. A
+    /// container reaches its slice through the bind mount the runtime made, a `gpuslice run`
+    /// command through its own mount namespace (`docs/threat-model.md`, G14).
     pub fn open(root: &Path) -> io::Result<Store> {
         fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o755)
+            .mode(0o700)
             .create(root)?;
+        fs::set_permissions(root, fs::Permissions::from_mode(0o700))?;
         Ok(Store {
             root: root.to_path_buf(),
         })

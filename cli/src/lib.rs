@@ -12,4 +12,5 @@ pub mod doctor;
 pub mod doctor_live;
 pub mod options;
 pub mod run;
+pub mod run_mounts;
 pub mod status;

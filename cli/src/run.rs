@@ -10,6 +10,7 @@
 //! the command could not be executed and 127 when it was not found (the slice is released).
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use gpuslice_api::{AssignedDevice, Owner, Request, Response, SliceRequest};
 
 use crate::client::{Client, ClientError};
+use crate::run_mounts::{self, SliceMounts};
 
 /// gpuslice's own failures (`docker run` and `env` use the same numbers).
 pub const EXIT_FAILED: i32 = 125;
@@ -81,6 +83,9 @@ pub enum RunError {
     /// The arbiter said no.
     #[error("slice not admitted: {0}")]
     Refused(String),
+    /// The slice's mount namespace could not be prepared (the slice was released).
+    #[error("preparing the command's view of its slice: {0}")]
+    Mounts(std::io::Error),
     /// The interposer is not where it should be.
     #[error("interposer not found at {0} (install it there or name it in the config file: interposer = \"…\")")]
     NoInterposer(PathBuf),
@@ -293,8 +298,27 @@ fn run_inner(plan: RunPlan) -> Result<i32, RunError> {
             "LD_PRELOAD",
             ld_preload(&interposer, std::env::var_os("LD_PRELOAD").as_deref()),
         )
-        .env("GPUSLICE_SLICE_DIR", &slice_dir)
         .env("CUDA_VISIBLE_DEVICES", uuids.join(","));
+    // The command sees its slice where the state directory was, in a mount namespace of its
+    // own (see run_mounts), when we may make one.
+    let mounts = if run_mounts::can_mount() {
+        match SliceMounts::new(&plan.state_dir, &slice_dir) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                release(&mut client);
+                return Err(RunError::Mounts(e));
+            }
+        }
+    } else {
+        None
+    };
+    match &mounts {
+        Some(m) => cmd.env(
+            "GPUSLICE_SLICE_DIR",
+            OsStr::from_bytes(m.visible_dir().to_bytes()),
+        ),
+        None => cmd.env("GPUSLICE_SLICE_DIR", &slice_dir),
+    };
     // Descendants whose parent exits (a double fork, a daemonising child) are re-parented to
     // us instead of init: they stay descendants of the slice's owner (this process), which is
     // how the arbiter's backstop attributes them, and we end them with the command.
@@ -304,7 +328,13 @@ fn run_inner(plan: RunPlan) -> Result<i32, RunError> {
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
     // functions (see `child_setup`) on no shared state.
     unsafe {
-        cmd.pre_exec(move || child_setup(parent));
+        cmd.pre_exec(move || {
+            child_setup(parent)?;
+            match &mounts {
+                Some(m) => m.enter(),
+                None => Ok(()),
+            }
+        });
     }
     // Block the forwarded signals in this thread (and so in the forwarding thread spawned after);
     // std's spawn gives the child an empty mask.

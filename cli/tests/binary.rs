@@ -114,13 +114,22 @@ fn run_passes_environment_exit_code_and_releases() {
     let lines: Vec<&str> = env.lines().collect();
     let ours = node.interposer.canonicalize().unwrap();
     assert_eq!(lines[0], format!("{}:/opt/other.so", ours.display()));
+    // As root, the command sees its slice where the state directory was (its own mount
+    // namespace); otherwise at the slice's own path.
+    let dir = node.dir.canonicalize().unwrap();
     assert!(
-        Path::new(lines[1]).starts_with(&node.dir) && lines[1].contains("run-"),
+        Path::new(lines[1]) == dir
+            || (Path::new(lines[1]).starts_with(&node.dir) && lines[1].contains("run-")),
         "{env}"
     );
     assert!(lines[2].starts_with("GPU-"), "{env}");
     assert_eq!(node.slices(), 0, "released after the command exited");
-    assert!(!Path::new(lines[1]).exists(), "slice directory removed");
+    let left: Vec<_> = std::fs::read_dir(&node.dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("run-"))
+        .collect();
+    assert!(left.is_empty(), "slice directory removed: {left:?}");
 }
 
 #[test]
@@ -249,11 +258,10 @@ fn missing_command_and_bad_option() {
 fn leftover_descendants_are_killed_with_the_command() {
     let node = Node::new("leftover", true);
     let pids = node.dir.join("pids");
-    let script = format!(
-        "sleep 300 & echo $! > {p}; (sleep 300 & echo $! >> {p}) ; exit 3",
-        p = pids.display()
-    );
-    let o = node.out(&["run", "--", "sh", "-c", &script]);
+    // Relative: the working directory is the real state directory, which the command's mount
+    // namespace covers with its (read-only) slice.
+    let script = "sleep 300 & echo $! > pids; (sleep 300 & echo $! >> pids) ; exit 3";
+    let o = node.out(&["run", "--", "sh", "-c", script]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("left 2 process(es) running; killed them"),

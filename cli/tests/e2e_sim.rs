@@ -243,3 +243,52 @@ fn run_status_metrics_and_reclaim_on_the_simulated_gpu() {
     let st = holder.wait().unwrap();
     assert_eq!(st.code(), Some(128 + libc::SIGTERM));
 }
+
+/// The command of a `gpuslice run` sees only its own slice, where the state directory was: no
+/// socket, no other slice, `limits` and `lease` read-only, `usage` writable; another local
+/// user cannot even enter the state directory. Needs root (a mount namespace; CI runs as root).
+#[test]
+fn the_command_sees_only_its_slice_and_other_users_nothing() {
+    let n = Node::start("view");
+    let state = n.dir.join("state");
+    let other = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "ls"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(!other.status.success(), "another user listed the state dir");
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    let script = r#"d="$GPUSLICE_SLICE_DIR"
+echo "dir=$d"
+ls -A "$d" | tr '\n' ' '; echo
+if true > "$d/limits" 2>/dev/null; then echo limits=writable; else echo limits=read-only; fi
+if true >> "$d/lease" 2>/dev/null; then echo lease=writable; else echo lease=read-only; fi
+if true >> "$d/usage"; then echo usage=writable; fi
+"#;
+    let o = n
+        .gpuslice(&["run", "--memory", "1Gi", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let dir = state.canonicalize().unwrap();
+    assert!(out.contains(&format!("dir={}\n", dir.display())), "{out}");
+    assert!(
+        !out.contains("arbiter.sock"),
+        "the socket is visible: {out}"
+    );
+    assert!(out.contains("limits ") && out.contains("usage "), "{out}");
+    assert!(out.contains("limits=read-only"), "{out}");
+    assert!(out.contains("lease=read-only"), "{out}");
+    assert!(out.contains("usage=writable"), "{out}");
+    // The host's view is unchanged.
+    assert!(state.join("arbiter.sock").exists());
+}
