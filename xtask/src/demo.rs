@@ -1,11 +1,11 @@
 //! `cargo xtask demo`: the main story, on the simulated GPU when no NVIDIA driver is present.
 //!
-//! It starts `gpuslice-arbiter` from the dist tree on a simulated node (an H100-class and an
-//! A100-class device), runs three tenants on GPU 0 with `gpuslice run` — different memory caps,
-//! guarantees, a ceiling and a high-priority inference loop — prints a live table from
-//! `gpuslice status --json` (achieved share over the last second, memory in use), resizes one
-//! tenant live, lets one finish so its time flows to the others, shows a fourth tenant stopped at
-//! its memory cap, and ends with what each tenant measured.
+//! It builds what it runs (a partial dist tree, `target/demo-dist/`), starts `gpuslice-arbiter` on
+//! a simulated node (an H100-class and an A100-class device), runs three tenants on GPU 0 with
+//! `gpuslice run` — different memory caps, guarantees, a ceiling and a high-priority inference
+//! loop — prints a live table from `gpuslice status --json` (achieved share over the last second,
+//! memory in use), resizes one tenant live, lets one finish so its time flows to the others, shows
+//! a fourth tenant stopped at its memory cap, and ends with what each tenant measured.
 
 use crate::dist;
 use crate::simenv::SimNode;
@@ -19,13 +19,30 @@ use std::time::{Duration, Instant};
 pub const DEMO_DEVICES: &str = "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0;\
 name=NVIDIA A100-SXM4-40GB,mem=40Gi,sms=108,cc=8.0";
 
+/// What the demo runs, as paths of the dist tree: the arbiter, the CLI (`gpuslice run` preloads
+/// the interposer from `../lib/gpuslice`), the simulated driver libraries and the workload.
+const RUNS: [&str; 6] = [
+    "usr/bin/gpuslice-arbiter",
+    "usr/bin/gpuslice",
+    "usr/lib/gpuslice/libgpuslice.so",
+    "sim/libcuda.so.1",
+    "sim/libnvidia-ml.so.1",
+    "sim/bin/gpuslice-workload",
+];
+
+/// Only those are built, with the `demo` profile (release semantics, less optimisation: see the
+/// workspace Cargo.toml), into `target/demo-dist/`, so a fresh clone reaches the demo quickly;
+/// `target/dist/` stays the release tree of `cargo xtask dist`.
+fn build() -> Result<PathBuf> {
+    dist::build_part("demo", "demo-dist", &RUNS)
+}
+
 /// Whether a real NVIDIA driver is present on this machine.
 fn real_driver_present() -> bool {
     Path::new("/proc/driver/nvidia/version").exists()
 }
 
 pub fn run(force_sim: bool) -> Result<()> {
-    let dist = dist::run()?;
     if real_driver_present() && !force_sim {
         println!(
             "An NVIDIA driver is present: the workloads here use the simulator's `spin` kernel,"
@@ -45,6 +62,7 @@ pub fn run(force_sim: bool) -> Result<()> {
         println!("Run `cargo xtask demo --sim` for the simulated story.");
         return Ok(());
     }
+    let dist = build()?;
     let node = SimNode::new(&dist, DEMO_DEVICES)?;
     println!("gpuslice demo on the SIMULATED GPU (no NVIDIA driver here)");
     println!("node: {}", DEMO_DEVICES.replace(';', " | "));

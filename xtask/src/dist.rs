@@ -18,58 +18,96 @@ pub const BINARIES: [&str; 6] = [
     "gpuslice-kubelet-plugin",
 ];
 
-/// Packages built for the dist tree.
-const PACKAGES: [&str; 9] = [
-    "gpuslice-cli",
-    "gpuslice-kubelet-plugin",
-    "gpuslice-arbiter",
-    "gpuslice-hook",
-    "gpuslice-shim",
-    "gpuslice-interposer",
-    "gpuslice-sim-cuda",
-    "gpuslice-sim-nvml",
-    "gpuslice-workloads",
+/// Every file of the tree: (package that builds it, file in `target/<profile>`, path under the
+/// tree's root). The `usr/bin` rows are [`BINARIES`].
+const FILES: [(&str, &str, &str); 10] = [
+    ("gpuslice-cli", "gpuslice", "usr/bin/gpuslice"),
+    (
+        "gpuslice-arbiter",
+        "gpuslice-arbiter",
+        "usr/bin/gpuslice-arbiter",
+    ),
+    ("gpuslice-hook", "gpuslice-hook", "usr/bin/gpuslice-hook"),
+    (
+        "gpuslice-shim",
+        "gpuslice-runtime",
+        "usr/bin/gpuslice-runtime",
+    ),
+    (
+        "gpuslice-shim",
+        "containerd-shim-gpuslice-v2",
+        "usr/bin/containerd-shim-gpuslice-v2",
+    ),
+    (
+        "gpuslice-kubelet-plugin",
+        "gpuslice-kubelet-plugin",
+        "usr/bin/gpuslice-kubelet-plugin",
+    ),
+    (
+        "gpuslice-interposer",
+        "libgpuslice.so",
+        "usr/lib/gpuslice/libgpuslice.so",
+    ),
+    ("gpuslice-sim-cuda", "libcuda.so", "sim/libcuda.so.1"),
+    (
+        "gpuslice-sim-nvml",
+        "libnvidia_ml.so",
+        "sim/libnvidia-ml.so.1",
+    ),
+    (
+        "gpuslice-workloads",
+        "gpuslice-workload",
+        "sim/bin/gpuslice-workload",
+    ),
 ];
-
-/// (built file in target/release, path under target/dist)
-fn layout() -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = BINARIES
-        .iter()
-        .map(|b| (b.to_string(), format!("usr/bin/{b}")))
-        .collect();
-    v.push((
-        "libgpuslice.so".into(),
-        "usr/lib/gpuslice/libgpuslice.so".into(),
-    ));
-    v.push(("libcuda.so".into(), "sim/libcuda.so.1".into()));
-    v.push(("libnvidia_ml.so".into(), "sim/libnvidia-ml.so.1".into()));
-    v.push((
-        "gpuslice-workload".into(),
-        "sim/bin/gpuslice-workload".into(),
-    ));
-    v
-}
 
 /// Build everything in release mode and copy it into `target/dist`. Returns the dist root.
 pub fn run() -> Result<PathBuf> {
+    build("release", "dist", &FILES)
+}
+
+/// Build only the files at `paths` (paths under the dist root) with cargo profile `profile`,
+/// laid out as in the dist tree in a fresh `target/<dir>`: a partial tree for a command that
+/// runs a few of the binaries (`cargo xtask demo`, `cargo xtask gpu-kit`). Returns its root.
+pub fn build_part(profile: &str, dir: &str, paths: &[&str]) -> Result<PathBuf> {
+    let files = paths
+        .iter()
+        .map(|p| {
+            FILES
+                .into_iter()
+                .find(|f| f.2 == *p)
+                .with_context(|| format!("{p} is not a path of the dist tree"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let root = target_dir().join(dir);
+    if root.exists() {
+        fs::remove_dir_all(&root).with_context(|| format!("clearing {}", root.display()))?;
+    }
+    build(profile, dir, &files)
+}
+
+fn build(profile: &str, dir: &str, files: &[(&str, &str, &str)]) -> Result<PathBuf> {
+    let mut packages: Vec<&str> = files.iter().map(|f| f.0).collect();
+    packages.sort_unstable();
+    packages.dedup();
     let mut cmd = cargo();
-    cmd.args(["build", "--release"]);
-    for p in PACKAGES {
+    cmd.args(["build", "--profile", profile]);
+    for p in packages {
         cmd.args(["-p", p]);
     }
     exec(&mut cmd)?;
-    let release = target_dir().join("release");
-    let dist = target_dir().join("dist");
-    for (from, to) in layout() {
-        copy(&release.join(&from), &dist.join(&to))?;
+    let built = target_dir().join(profile);
+    let root = target_dir().join(dir);
+    for (_, from, to) in files {
+        copy(&built.join(from), &root.join(to))?;
     }
-    eprintln!("dist tree ready at {}", dist.display());
-    Ok(dist)
+    eprintln!("{profile} build laid out at {}", root.display());
+    Ok(root)
 }
 
 /// Every path the dist tree must contain (used by the `dist` suite).
 pub fn expected_paths() -> Vec<String> {
-    layout().into_iter().map(|(_, to)| to).collect()
+    FILES.iter().map(|f| f.2.to_string()).collect()
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {
@@ -81,4 +119,21 @@ fn copy(from: &Path, to: &Path) -> Result<()> {
         .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
     fs::rename(&tmp, to).with_context(|| format!("renaming into {}", to.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usr_bin_rows_are_the_binaries() {
+        let in_usr_bin: Vec<&str> = FILES
+            .iter()
+            .filter_map(|f| f.2.strip_prefix("usr/bin/"))
+            .collect();
+        assert_eq!(in_usr_bin, BINARIES);
+        for (_, from, to) in FILES.iter().filter(|f| f.2.starts_with("usr/bin/")) {
+            assert_eq!(Some(*from), to.strip_prefix("usr/bin/"));
+        }
+    }
 }

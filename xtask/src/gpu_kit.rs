@@ -7,7 +7,8 @@
 //! simulator (`sim/`) only with `--sim` (the dry run). The tree must stay under
 //! [`LIMIT`]; `tests/gpu/README.md` gives the device command that carries it.
 
-use crate::shell::{cargo, exec, root, target_dir};
+use crate::dist;
+use crate::shell::root;
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,34 +19,18 @@ pub const DIR: &str = "gpu-kit";
 /// The most the tree may weigh: half of what a device run may carry.
 pub const LIMIT: u64 = 32 << 20;
 
-/// (package, file in `target/gpu-kit`, path in the tree): what the real-GPU run needs.
-const PRODUCT: [(&str, &str, &str); 3] = [
-    ("gpuslice-cli", "gpuslice", "usr/bin/gpuslice"),
-    (
-        "gpuslice-arbiter",
-        "gpuslice-arbiter",
-        "usr/bin/gpuslice-arbiter",
-    ),
-    (
-        "gpuslice-interposer",
-        "libgpuslice.so",
-        "usr/lib/gpuslice/libgpuslice.so",
-    ),
+/// What the real-GPU run needs, as paths of the dist tree.
+const PRODUCT: [&str; 3] = [
+    "usr/bin/gpuslice",
+    "usr/bin/gpuslice-arbiter",
+    "usr/lib/gpuslice/libgpuslice.so",
 ];
 
 /// The simulated GPU and its workload, for the dry run only.
-const SIM: [(&str, &str, &str); 3] = [
-    ("gpuslice-sim-cuda", "libcuda.so", "sim/libcuda.so.1"),
-    (
-        "gpuslice-sim-nvml",
-        "libnvidia_ml.so",
-        "sim/libnvidia-ml.so.1",
-    ),
-    (
-        "gpuslice-workloads",
-        "gpuslice-workload",
-        "sim/bin/gpuslice-workload",
-    ),
+const SIM: [&str; 3] = [
+    "sim/libcuda.so.1",
+    "sim/libnvidia-ml.so.1",
+    "sim/bin/gpuslice-workload",
 ];
 
 /// The kit's own files, copied from `tests/gpu/` to `kit/`.
@@ -53,25 +38,13 @@ const SCRIPTS: [&str; 3] = ["run.sh", "kit.py", "torch_workloads.py"];
 
 /// Builds and lays out the tree; returns its root. Fails if it is over [`LIMIT`].
 pub fn prepare(sim: bool) -> Result<PathBuf> {
-    let files: Vec<_> = PRODUCT
+    let paths: Vec<&str> = PRODUCT
         .iter()
         .chain(if sim { &SIM[..] } else { &[] })
+        .copied()
         .collect();
-    let mut c = cargo();
-    c.args(["build", "--profile", DIR]);
-    for (pkg, _, _) in &files {
-        c.args(["-p", pkg]);
-    }
-    exec(&mut c)?;
     // The profile's output directory is `target/gpu-kit`; the tree is its `tree/`.
-    let built = target_dir().join(DIR);
-    let tree = built.join("tree");
-    if tree.exists() {
-        fs::remove_dir_all(&tree).with_context(|| format!("clearing {}", tree.display()))?;
-    }
-    for (_, file, dest) in &files {
-        copy(&built.join(file), &tree.join(dest))?;
-    }
+    let tree = dist::build_part(DIR, &format!("{DIR}/tree"), &paths)?;
     for s in SCRIPTS {
         copy(&root().join("tests/gpu").join(s), &tree.join("kit").join(s))?;
     }
@@ -143,16 +116,15 @@ mod tests {
     #[test]
     fn the_tree_holds_what_the_kit_checks_for() {
         // kit.py refuses a --dist without these three; the simulator is only for --sim.
-        let dests: Vec<_> = PRODUCT.iter().map(|f| f.2).collect();
         assert_eq!(
-            dests,
+            PRODUCT,
             [
                 "usr/bin/gpuslice",
                 "usr/bin/gpuslice-arbiter",
                 "usr/lib/gpuslice/libgpuslice.so"
             ]
         );
-        assert!(SIM.iter().all(|f| f.2.starts_with("sim/")));
+        assert!(SIM.iter().all(|f| f.starts_with("sim/")));
         for s in SCRIPTS {
             assert!(root().join("tests/gpu").join(s).exists(), "{s}");
         }
