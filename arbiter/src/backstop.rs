@@ -152,7 +152,12 @@ pub struct Backstop<G: GpuSource, H: Host> {
     /// Owner identities read from the slice directories (by slice id).
     owners: HashMap<String, Option<OwnerIdentity>>,
     state_dir: Option<PathBuf>,
-    first: HashSet<u32>,
+    /// Per device, the tick it was last queried on: a device not queried on the previous tick
+    /// (it had no slices) starts again from a baseline, since what NVML answers over such a
+    /// gap is no measure of the slices judged now.
+    queried: HashMap<u32, u64>,
+    /// Ticks so far.
+    ticks: u64,
     /// Sets of slices already warned about as indistinguishable (comma-joined ids).
     ambiguous: HashSet<String>,
 }
@@ -183,7 +188,8 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             lease: HashMap::new(),
             owners: HashMap::new(),
             state_dir,
-            first: HashSet::new(),
+            queried: HashMap::new(),
+            ticks: 0,
             ambiguous: HashSet::new(),
         }
     }
@@ -352,6 +358,14 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
         }
         let sched = sched();
         let sched = sched.as_ref();
+        self.ticks += 1;
+        // Lease rings of slices (or devices) no longer judged are dropped: a slice that comes
+        // back, or a new one under a reused id, starts from a fresh baseline.
+        let judged: HashSet<(String, u32)> = slices
+            .iter()
+            .flat_map(|s| s.devices.iter().map(|d| (s.slice_id.clone(), d.index)))
+            .collect();
+        self.lease.retain(|k, _| judged.contains(k));
         let mut found = Vec::new();
         let mut over: HashSet<(String, u32, &'static str)> = HashSet::new();
         for (dev, procs, busy) in seen {
@@ -413,7 +427,12 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             }
             // Lease.
             let Some(sched) = sched else { continue };
-            let first = self.first.insert(dev);
+            let tick = self.ticks;
+            let first = self.queried.insert(dev, tick) != Some(tick - 1);
+            if first {
+                // Re-baselined: every slice's ring starts over with this tick's charged time.
+                self.lease.retain(|k, _| k.1 != dev);
+            }
             let mut ran: BTreeMap<usize, (u64, Vec<(u32, u64)>)> = BTreeMap::new();
             for (pid, ns) in busy {
                 if ns == 0 {
@@ -610,6 +629,9 @@ pub fn recent(live: &[SliceStatus]) -> Vec<BackstopEvent> {
     out
 }
 
+/// The span NVML's per-process utilisation percentages cover at most, µs.
+const NVML_WINDOW_US: u64 = 1_000_000;
+
 /// NVML through `nvml-wrapper`.
 pub struct NvmlSource {
     nvml: nvml_wrapper::Nvml,
@@ -676,7 +698,11 @@ impl GpuSource for NvmlSource {
             Err(e) => return Err(e.to_string()),
         };
         let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(now);
-        let span_us = newest.saturating_sub(since);
+        // A percentage is over at most NVML's sampling window (the simulator's and the
+        // driver's buffers hold about a second): over a longer span since the last call (a
+        // delayed tick) it says nothing about the time before, which must not be counted as
+        // run at the same rate.
+        let span_us = newest.saturating_sub(since.max(newest.saturating_sub(NVML_WINDOW_US)));
         self.last_seen.insert(index, newest.max(since));
         let mut per: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
         for s in samples {

@@ -373,3 +373,91 @@ fn no_scheduler_means_no_lease_check() {
         assert!(b.tick(&slices, None).is_empty());
     }
 }
+
+/// NVML as the simulator answers it: a process's utilisation is over at most the last second,
+/// and the backstop's estimate multiplies it by the time since the device was last asked.
+struct StaleGpu {
+    clock_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    last_ms: HashMap<u32, u64>,
+    /// Processes running flat out on device 0.
+    running: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+}
+
+impl GpuSource for StaleGpu {
+    fn processes(&mut self, _: u32) -> Result<Vec<GpuProcess>, String> {
+        Ok(Vec::new())
+    }
+    fn busy_since_last(&mut self, index: u32) -> Result<Vec<(u32, u64)>, String> {
+        let now = self.clock_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let Some(last) = self.last_ms.insert(index, now) else {
+            return Ok(Vec::new());
+        };
+        let span_ns = (now - last) * 1_000_000;
+        let running = self.running.lock().unwrap().clone();
+        Ok(running.into_iter().map(|p| (p, span_ns)).collect())
+    }
+}
+
+#[test]
+fn a_device_left_without_slices_does_not_make_the_next_honest_tenant_look_over() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::{Arc, Mutex};
+    let (_, host, slices) = node();
+    const MS: u64 = 1_000_000;
+    let clock = Arc::new(AtomicU64::new(0));
+    let running = Arc::new(Mutex::new(vec![201]));
+    let gpu = StaleGpu {
+        clock_ms: Arc::clone(&clock),
+        last_ms: HashMap::new(),
+        running: Arc::clone(&running),
+    };
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Log, BackstopAction::Kill),
+        gpu,
+        host,
+        None,
+    );
+    let only = |id: &str| -> Vec<SliceStatus> {
+        slices
+            .iter()
+            .filter(|s| s.slice_id == id)
+            .cloned()
+            .collect()
+    };
+    // "box" runs honestly for 1.5 s: charged exactly what it ran.
+    let mut charged = 0;
+    for _ in 0..6 {
+        assert!(b
+            .tick(&only("box"), Some(&sched(&[("box", charged)])))
+            .is_empty());
+        clock.fetch_add(250, Relaxed);
+        charged += 250 * MS;
+    }
+    // It ends; the device has no slices for 12 s (no NVML queries for it).
+    running.lock().unwrap().clear();
+    for _ in 0..48 {
+        assert!(b.tick(&[], Some(&sched(&[]))).is_empty());
+        clock.fetch_add(250, Relaxed);
+    }
+    // An honest tenant starts: it runs 250 ms per tick and is charged 250 ms per tick.
+    running.lock().unwrap().push(101);
+    let mut charged = 0;
+    for t in 0..12 {
+        let ev = b.tick(&only("run"), Some(&sched(&[("run", charged)])));
+        assert!(ev.is_empty(), "tick {t}: honest tenant flagged: {ev:?}");
+        clock.fetch_add(250, Relaxed);
+        charged += 250 * MS;
+    }
+    assert!(b.host().killed.is_empty());
+    // A bypassing one (charged nothing) beside it is still caught.
+    running.lock().unwrap().push(201);
+    let mut hit = Vec::new();
+    for _ in 0..4 {
+        hit.extend(b.tick(&slices, Some(&sched(&[("run", charged), ("box", 0)]))));
+        clock.fetch_add(250, Relaxed);
+        charged += 250 * MS;
+    }
+    assert_eq!(hit.len(), 1, "{hit:?}");
+    assert_eq!(hit[0].slice_id, "box");
+    assert_eq!(b.host().killed, vec![(201, 6001)]);
+}
