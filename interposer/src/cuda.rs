@@ -107,15 +107,20 @@ pub(crate) fn gated(size: u64, alloc: impl FnOnce() -> (R, Option<u64>)) -> R {
 
 /// Free-then-uncharge (never below the driver's truth).
 pub(crate) fn freed(key: u64, free: impl FnOnce() -> R) -> R {
+    let Some(g) = gate() else { return free() };
+    // Out of the table before the driver frees: once it has, another thread may be given the
+    // same address and track it, and a later untrack would take that thread's charge.
+    let held = g.untrack(key);
     let r = free();
-    if r == CUDA_SUCCESS {
-        if let Some(g) = gate() {
-            if let Some((e, b)) = g.untrack(key) {
-                g.uncharge(e, b);
-            } else {
-                crate::graph::free_now(g, key);
+    match (r, held) {
+        (CUDA_SUCCESS, Some((e, b))) => g.uncharge(e, b),
+        (CUDA_SUCCESS, None) => crate::graph::free_now(g, key),
+        (_, Some((e, b))) => {
+            if let Ok(mut m) = g.allocs.lock() {
+                m.entry(key).or_insert((e, b));
             }
         }
+        (_, None) => {}
     }
     r
 }
@@ -296,8 +301,9 @@ fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64
         return None;
     }
     crate::pool::sync_pools(g);
+    g.refresh();
     let total = cap.min(real_total);
-    let free = total.saturating_sub(g.used(entry)).min(real_free);
+    let free = g.free_view(cap, entry).min(total).min(real_free);
     Some((free, total))
 }
 

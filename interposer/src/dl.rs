@@ -1,6 +1,6 @@
 //! `dlsym` and `dlvsym` overrides. Lookups of a driver or NVML symbol that we wrap, made through
-//! `RTLD_DEFAULT`, `RTLD_NEXT` or a handle of `libcuda.so.1` / `libnvidia-ml.so.1`, return our
-//! wrapper; everything else goes to glibc by a *tail jump*, so glibc still sees the original
+//! `RTLD_DEFAULT`, `RTLD_NEXT`, a handle of `libcuda.so.1` / `libnvidia-ml.so.1`, or the handle of
+//! any other library whose lookup would resolve into one of them, return our wrapper; everything else goes to glibc by a *tail jump*, so glibc still sees the original
 //! caller's return address and `RTLD_NEXT` keeps its meaning for every other library.
 
 use std::ffi::{c_char, c_void, CStr};
@@ -48,16 +48,54 @@ extern "C" fn intercept(handle: *mut c_void, name: *const c_char) -> *mut c_void
         if special || handle == cuda {
             crate::real::cuda_handle()
         } else {
-            return std::ptr::null_mut();
+            return through_other(handle, n, cuda, ours);
         }
     } else if special || handle == nvml {
         crate::real::nvml_handle()
     } else {
-        return std::ptr::null_mut();
+        return through_other(handle, n, nvml, ours);
     };
     if handle.is_null() || handle == libc::RTLD_NEXT || handle == lib {
         // Only symbols the real library has: a missing function must stay missing.
         if !lib.is_null() && !crate::real::dlsym(lib, n).is_null() {
+            return ours;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+/// A lookup through the handle of some other library (one that links the driver or NVML: glibc
+/// searches the handle's whole dependency scope): our wrapper when glibc would answer with the
+/// real library's function, else null (glibc answers).
+fn through_other(
+    handle: *mut std::ffi::c_void,
+    name: &CStr,
+    real_lib: *mut c_void,
+    ours: *mut c_void,
+) -> *mut c_void {
+    let found = crate::real::dlsym(handle, name);
+    if found.is_null() {
+        return std::ptr::null_mut();
+    }
+    if !real_lib.is_null() && crate::real::dlsym(real_lib, name) == found {
+        return ours;
+    }
+    // Another copy of the driver or NVML (loaded under another path): judged by the object
+    // the symbol lies in.
+    // SAFETY: Dl_info is plain data (pointers and integers): all zeroes is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the loader's tables; `info` is written on success.
+    let found_obj = unsafe { libc::dladdr(found, &mut info) } != 0;
+    if found_obj && !info.dli_fname.is_null() {
+        // SAFETY: a NUL-terminated path owned by the loader.
+        let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes();
+        let base = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+        let wanted: &[u8] = if name.to_bytes().starts_with(b"nvml") {
+            b"libnvidia-ml.so"
+        } else {
+            b"libcuda.so"
+        };
+        if base.starts_with(wanted) {
             return ours;
         }
     }

@@ -35,6 +35,15 @@ type R = CUresult;
 /// Give up waiting for a grant after this long (the arbiter is gone): the gate opens.
 const FAIL_OPEN: Duration = Duration::from_secs(30);
 const CACHE: usize = 4;
+/// Device time a process may keep queued on a shared device: the queue bound is this over the
+/// typical device time of one of its launches (at least one launch, at most `max_queue`), so a
+/// revoke leaves about this much work to drain — or one launch, when one launch is longer (a
+/// 100-node graph, a 50 ms kernel). See docs/scheduling.md, "Queue bound".
+const QUEUED_NS: u64 = 8_000_000;
+/// Launches queued before their length is known (the first launches of a process).
+const UNKNOWN_BOUND: usize = 2;
+/// Intervals the launch length is the median of.
+const TIMING_RING: usize = 9;
 
 thread_local! {
     /// (lease word, entry) of this thread's last slow path and the streams seen under it.
@@ -54,10 +63,27 @@ struct Entry {
     thread: AtomicBool,
     /// (grant, stream, context) launched on.
     streams: Mutex<Vec<(u32, usize, usize)>>,
-    /// Queue-bound events, oldest first.
-    events: Mutex<VecDeque<usize>>,
+    /// Queue-bound events (event, grant recorded under), oldest first.
+    events: Mutex<VecDeque<(usize, u32)>>,
     /// Completed queue-bound events, reused.
     spare: Mutex<Vec<usize>>,
+    /// Device time between consecutive completed queue-bound events, and the last completed one.
+    timing: Mutex<Timing>,
+}
+
+/// What the queue bound learnt of this process's launches: the device time between
+/// consecutive completed launches (from the events' timestamps, so host wake-up latency does
+/// not enter), a launch being whatever one call queued — a kernel, a cooperative kernel, a
+/// whole graph.
+struct Timing {
+    /// Recent intervals, ns (a ring).
+    ring: [u64; TIMING_RING],
+    /// Intervals in the ring.
+    len: usize,
+    /// Next ring slot.
+    next: usize,
+    /// The last completed queue-bound event and its grant (kept for the next interval).
+    last: Option<(usize, u32)>,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -69,6 +95,12 @@ const ENTRY: Entry = Entry {
     streams: Mutex::new(Vec::new()),
     events: Mutex::new(VecDeque::new()),
     spare: Mutex::new(Vec::new()),
+    timing: Mutex::new(Timing {
+        ring: [0; TIMING_RING],
+        len: 0,
+        next: 0,
+        last: None,
+    }),
 };
 static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
@@ -267,6 +299,10 @@ extern "C" fn after_fork_child() {
         if let Ok(mut v) = ent.spare.try_lock() {
             v.clear();
         }
+        if let Ok(mut t) = ent.timing.try_lock() {
+            t.len = 0;
+            t.last = None;
+        }
     }
 }
 
@@ -365,7 +401,9 @@ fn leave_near(ent: &Entry, words: &gpuslice_region::GateWords<'_>, grant: u32) {
 /// once it completes, at most the newest kernel is left.
 fn second_newest_event(e: usize) -> Option<usize> {
     let q = ENTRIES[e].events.lock().ok()?;
-    q.len().checked_sub(2).and_then(|i| q.get(i).copied())
+    q.len()
+        .checked_sub(2)
+        .and_then(|i| q.get(i).map(|&(ev, _)| ev))
 }
 
 /// Waits for the work queued on `stream` (in context `ctx`) so far.
@@ -406,21 +444,79 @@ fn drain(stream: usize, ctx: usize) {
     unsafe { destroy(ev) };
 }
 
-/// Waits for the event `max` launches back before another launch.
+/// Waits until fewer launches than the bound are queued: the bound is [`QUEUED_NS`] of device
+/// time over the typical length of this process's launches, between 1 and `max` (the arbiter's
+/// `max_queue`), [`UNKNOWN_BOUND`] while no length is known yet.
 fn bound_queue(e: usize, max: usize) {
-    let oldest = match ENTRIES[e].events.lock() {
-        Ok(mut q) if q.len() >= max => q.pop_front(),
-        _ => None,
-    };
-    if let Some(ev) = oldest {
+    let bound = queue_bound(e, max);
+    loop {
+        let oldest = match ENTRIES[e].events.lock() {
+            Ok(mut q) if q.len() >= bound => q.pop_front(),
+            _ => None,
+        };
+        let Some((ev, grant)) = oldest else { return };
         if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R) {
             // SAFETY: `ev` is a live event this process created and recorded.
             unsafe { sync(ev as CUevent) };
         }
-        if let Ok(mut v) = ENTRIES[e].spare.lock() {
-            v.push(ev);
+        completed(e, ev, grant);
+    }
+}
+
+/// The queue bound of entry `e` now.
+fn queue_bound(e: usize, max: usize) -> usize {
+    let Ok(t) = ENTRIES[e].timing.lock() else {
+        return max.min(UNKNOWN_BOUND);
+    };
+    if t.len < 2 {
+        return max.min(UNKNOWN_BOUND);
+    }
+    let mut v = t.ring;
+    let v = &mut v[..t.len];
+    v.sort_unstable();
+    let launch = v[v.len() / 2].max(1);
+    ((QUEUED_NS / launch) as usize).clamp(1, max.max(1))
+}
+
+/// Event `ev` (recorded under `grant`) completed: learn the device time since the previous
+/// completed one under the same grant (launches of one lease follow each other on the device
+/// while the queue is not empty) and recycle the previous one.
+fn completed(e: usize, ev: usize, grant: u32) {
+    let ent = &ENTRIES[e];
+    let prev = match ent.timing.lock() {
+        Ok(mut t) => {
+            let prev = t.last.replace((ev, grant));
+            if let Some((p, pg)) = prev {
+                if pg == grant {
+                    if let Some(ns) = elapsed_ns(p, ev) {
+                        let i = t.next;
+                        t.ring[i] = ns;
+                        t.next = (i + 1) % TIMING_RING;
+                        t.len = (t.len + 1).min(TIMING_RING);
+                    }
+                }
+            }
+            prev.map(|(p, _)| p)
+        }
+        Err(_) => Some(ev),
+    };
+    if let Some(p) = prev {
+        if let Ok(mut v) = ent.spare.lock() {
+            v.push(p);
         }
     }
+}
+
+/// Device time between two completed timing events, ns (`None`: not measurable, e.g. events
+/// of different streams in the wrong order).
+fn elapsed_ns(a: usize, b: usize) -> Option<u64> {
+    let f = crate::real!(cuda_sym cuEventElapsedTime: fn(*mut f32, CUevent, CUevent) -> R)?;
+    let mut ms = 0f32;
+    // SAFETY: both are live, completed events of this process; valid out-pointer.
+    if unsafe { f(&mut ms, a as CUevent, b as CUevent) } != CUDA_SUCCESS || ms <= 0.0 {
+        return None;
+    }
+    Some((f64::from(ms) * 1e6) as u64)
 }
 
 /// Records a queue-bound event after a launch on `stream`.
@@ -433,8 +529,8 @@ fn record_bound_event(e: usize, stream: CUstream) {
     };
     let reuse = ENTRIES[e].spare.lock().ok().and_then(|mut v| v.pop());
     let mut ev: CUevent = reuse.map_or(std::ptr::null_mut(), |p| p as CUevent);
-    // SAFETY: valid out-pointer; documented flags.
-    if ev.is_null() && unsafe { create(&mut ev, CU_EVENT_DISABLE_TIMING) } != CUDA_SUCCESS {
+    // SAFETY: valid out-pointer; flags 0: a timing event (the bound learns launch lengths).
+    if ev.is_null() && unsafe { create(&mut ev, 0) } != CUDA_SUCCESS {
         return;
     }
     // SAFETY: `ev` is live; `stream` is the stream the caller just launched on.
@@ -445,7 +541,8 @@ fn record_bound_event(e: usize, stream: CUstream) {
         }
         return;
     }
+    let grant = gate().map_or(0, |g| g.slice.lease.grant(e));
     if let Ok(mut q) = ENTRIES[e].events.lock() {
-        q.push_back(ev as usize);
+        q.push_back((ev as usize, grant));
     }
 }

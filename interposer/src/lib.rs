@@ -13,6 +13,7 @@
 #[macro_use]
 pub mod real;
 pub mod array;
+pub mod context;
 pub mod ctor;
 pub mod cuda;
 pub mod dl;

@@ -40,9 +40,10 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
     if cap == UNCAPPED {
         return None;
     }
+    g.refresh();
     let total = cap.min(real_total);
-    let used = g.used(entry).min(total);
-    let free = total.saturating_sub(used).min(real_free);
+    let free = g.free_view(cap, entry).min(total).min(real_free);
+    let used = g.used_view(entry).min(total);
     Some((total, used, free))
 }
 

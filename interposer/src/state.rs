@@ -37,6 +37,8 @@ pub struct Gate {
     /// Bytes this process has charged per slice entry, in its own memory: a process is never
     /// let past the cap on its own, whatever the tenant-writable `usage` file says.
     mine: [AtomicU64; layout::MAX_DEVICES],
+    /// Bytes this process has charged per slice entry for its CUDA context (0 = none yet).
+    ctx: [AtomicU64; layout::MAX_DEVICES],
 }
 
 /// What a memory pool is charged: its device and last seen reserved size.
@@ -65,6 +67,22 @@ fn init() -> Option<Gate> {
     let explicit = env("GPUSLICE_SLICE_DIR");
     let dir = PathBuf::from(explicit.clone().unwrap_or_else(|| "/run/gpuslice".into()));
     if dir.join(layout::LIMITS_FILE).exists() {
+        if let Err(why) = trusted(&dir) {
+            // Limits the tenant could have written are no limits: what the environment asks
+            // for still applies (standalone), else nothing is enforced here (the backstop is).
+            let gate = standalone();
+            crate::log!(
+                Level::Error,
+                "slice directory {} is not trusted ({why}); its limits are ignored{}",
+                dir.display(),
+                if gate.is_some() {
+                    ", enforcing the environment's request instead"
+                } else {
+                    " and memory caps are NOT enforced by this process"
+                }
+            );
+            return gate;
+        }
         match Slice::open(&dir) {
             Ok(slice) => {
                 crate::log!(Level::Info, "enforcing slice {}", dir.display());
@@ -101,6 +119,49 @@ fn init() -> Option<Gate> {
         return gate;
     }
     standalone()
+}
+
+/// Whether the limits in `dir` could only have been written by the node's runtime: the directory,
+/// `limits` and `lease` are each on a read-only mount (what the runtime and `gpuslice run` make),
+/// or owned by root and writable by nobody else (no group or other write bit). A directory the
+/// tenant made (owned by its uid) or could rewrite (group/other-writable) is refused.
+pub fn trusted(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let read_only_mount = |p: &std::path::Path| -> bool {
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
+            return false;
+        };
+        // SAFETY: statvfs is plain data: all zeroes is a valid value.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: statvfs writes one struct into `st`; `c` is NUL-terminated.
+        let ok = unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0;
+        ok && st.f_flag & libc::ST_RDONLY != 0
+    };
+    for p in [
+        dir.to_path_buf(),
+        dir.join(layout::LIMITS_FILE),
+        dir.join(layout::LEASE_FILE),
+    ] {
+        let m = std::fs::metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        if read_only_mount(&p) {
+            continue;
+        }
+        if m.uid() != 0 {
+            return Err(format!(
+                "{} is owned by uid {}, not root",
+                p.display(),
+                m.uid()
+            ));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by others (mode {:o})",
+                p.display(),
+                m.mode() & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The slice's read-only `limits` and `lease` are valid but its tenant-writable `usage` is not
@@ -242,6 +303,7 @@ impl Gate {
             pools: Mutex::new(HashMap::new()),
             graphs: Mutex::new(crate::graph::Graphs::default()),
             mine: [const { AtomicU64::new(0) }; layout::MAX_DEVICES],
+            ctx: [const { AtomicU64::new(0) }; layout::MAX_DEVICES],
         }
     }
 
@@ -346,6 +408,8 @@ impl Gate {
         let Some(me) = self.me() else {
             return Ok(()); // cannot account (logged once at claim): degrade to pass-through
         };
+        // A process holds memory only after its context is charged (whatever created it).
+        self.charge_context(ordinal, entry)?;
         let cap = self.cap(ordinal, entry);
         let mine = self.mine.get(entry).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         // The process's own bound first: the shared total lives in a file the tenant can write.
@@ -357,7 +421,11 @@ impl Gate {
             );
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        match self.slice.usage.reserve(me, entry, bytes, cap) {
+        match self
+            .slice
+            .usage
+            .reserve(me, entry, bytes, self.limit(cap, entry))
+        {
             Ok(()) => {
                 mine.fetch_add(bytes, AcqRel);
                 Ok(())
@@ -374,6 +442,88 @@ impl Gate {
                 Err(CUDA_ERROR_OUT_OF_MEMORY)
             }
         }
+    }
+
+    /// What allocations and context charges together may reach on `entry` (cap `cap`): the cap
+    /// plus the slice's context reserve when its contexts are charged.
+    fn limit(&self, cap: u64, entry: usize) -> u64 {
+        match self.context(entry) {
+            (0, _) => cap,
+            (_, reserve) => cap.saturating_add(reserve),
+        }
+    }
+
+    /// The slice's context accounting on `entry`: (charge per process, reserve); (0, 0) in
+    /// standalone mode.
+    pub fn context(&self, entry: usize) -> (u64, u64) {
+        if self.standalone.is_some() {
+            return (0, 0);
+        }
+        self.slice.limits.context(entry)
+    }
+
+    /// Charges this process's CUDA context on `entry` once, before the driver creates it:
+    /// `Err(OOM)` when the slice's processes already hold all it was promised (cap + reserve).
+    pub fn charge_context(&self, ordinal: CUdevice, entry: usize) -> Result<(), CUresult> {
+        let (charge, _) = self.context(entry);
+        let Some(slot) = self.ctx.get(entry) else {
+            return Ok(());
+        };
+        if charge == 0 || slot.load(Acquire) != 0 {
+            return Ok(());
+        }
+        let Some(me) = self.me() else { return Ok(()) };
+        let limit = self.limit(self.cap(ordinal, entry), entry);
+        self.refresh();
+        match self.slice.usage.reserve(me, entry, charge, limit) {
+            Ok(()) => {
+                if slot.compare_exchange(0, charge, AcqRel, Acquire).is_err() {
+                    // Another thread charged it first.
+                    self.slice.usage.release(me, entry, charge);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                crate::log!(
+                    Level::Debug,
+                    "refused a context on device {ordinal}: {e:?} (context {charge} B)"
+                );
+                Err(CUDA_ERROR_OUT_OF_MEMORY)
+            }
+        }
+    }
+
+    /// Before figures are reported or memory refused: records of dead processes go back to
+    /// the slice, and this process's pools give back what the driver released.
+    pub fn refresh(&self) {
+        let me = self.record.load(Acquire);
+        let tag = if me == NO_RECORD {
+            layout::MAX_PROCS - 1
+        } else {
+            me
+        };
+        let _ = self.slice.usage.reclaim(tag);
+    }
+
+    /// Bytes the slice holds on `entry` as the tenant sees them against its cap: its contexts
+    /// within the reserve are not part of it.
+    pub fn used_view(&self, entry: usize) -> u64 {
+        let (charge, reserve) = self.context(entry);
+        let used = self.used(entry);
+        if charge == 0 {
+            used
+        } else {
+            used.saturating_sub(reserve)
+        }
+    }
+
+    /// What this process can still be given on `entry` against `cap`: what the slice has left
+    /// of its promise (cap + reserve), and no more than its cap less what this process holds.
+    pub fn free_view(&self, cap: u64, entry: usize) -> u64 {
+        let own = self.mine.get(entry).map_or(0, |m| m.load(Acquire));
+        self.limit(cap, entry)
+            .saturating_sub(self.used(entry))
+            .min(cap.saturating_sub(own))
     }
 
     /// Returns `bytes` on `entry`.
@@ -413,7 +563,7 @@ extern "C" fn after_fork_child() {
         // The child is a new process: it registers its own record on first use. Allocations of
         // the parent are not usable in the child and stay charged to the parent.
         g.record.store(NO_RECORD, Relaxed);
-        for m in &g.mine {
+        for m in g.mine.iter().chain(&g.ctx) {
             m.store(0, Relaxed);
         }
         if let Ok(mut m) = g.allocs.try_lock() {
@@ -432,6 +582,15 @@ extern "C" fn at_exit() {
     if let Some(Some(g)) = STATE.get() {
         let r = g.record.load(Acquire);
         let pid = g.record_pid.load(Acquire);
+        // The context is the driver's to free as the process ends: its charge goes now.
+        if r != NO_RECORD && pid == std::process::id() {
+            for (d, c) in g.ctx.iter().enumerate() {
+                let c = c.swap(0, AcqRel);
+                if c > 0 {
+                    g.slice.usage.release(r, d, c);
+                }
+            }
+        }
         // Memory still charged at exit (pool reserves, leaked allocations) is held by the
         // driver until the process is gone: the record then stays, and is reclaimed once the
         // process is dead (pid + start time). An empty record is given back at once.

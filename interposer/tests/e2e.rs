@@ -217,6 +217,44 @@ fn child_hold(mib: u64) {
     std::thread::sleep(Duration::from_secs(60));
 }
 
+/// Creates the primary context (reporting the driver's answer as `CTX=`), then holds `mib` MiB.
+fn child_ctx(mib: u64) {
+    // SAFETY: loading the (simulated) driver by soname; entry points by their cuda.h types.
+    unsafe {
+        let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null());
+        let init: unsafe extern "C" fn(c_uint) -> R = std::mem::transmute(sym(h, "cuInit", false));
+        assert_eq!(init(0), 0);
+        let retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> R =
+            std::mem::transmute(sym(h, "cuDevicePrimaryCtxRetain", false));
+        let mut ctx = std::ptr::null_mut();
+        let r = retain(&mut ctx, 0);
+        println!("\nCTX={r}");
+        if r != 0 {
+            return;
+        }
+    }
+    child_hold(mib);
+}
+
+/// Looks `cuMemAlloc_v2` up through the handle of another library (`arg`) that links the driver.
+fn child_other_handle(lib: &str) {
+    let l = CString::new(lib).unwrap();
+    // SAFETY: loading a library by path; lookups with valid names.
+    unsafe {
+        let h = libc::dlopen(l.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen {lib}");
+        let through = sym(h, "cuMemAlloc_v2", false);
+        let ours = sym(libc::RTLD_DEFAULT, "cuMemAlloc_v2", false);
+        let own = sym(h, "other_lib_marker", false);
+        println!(
+            "\nOURS={} OWN={}",
+            u8::from(through == ours),
+            u8::from(!own.is_null())
+        );
+    }
+}
+
 fn child_race(seconds: f64) {
     let api = std::sync::Arc::new(open_api("dlsym"));
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
@@ -334,6 +372,8 @@ fn child_entry() {
         "hold" => child_hold(arg.parse().unwrap()),
         "race" => child_race(arg.parse().unwrap()),
         "variants" => child_variants(),
+        "ctx" => child_ctx(arg.parse().unwrap()),
+        "other_handle" => child_other_handle(&arg),
         m => panic!("unknown child mode {m}"),
     }
 }
@@ -656,3 +696,186 @@ fn uid() -> u32 {
 
 #[allow(dead_code)]
 fn unused(_: &CStr) {}
+
+/// Spawns a `ctx` child holding `mib` MiB and waits for its `HOLD=` (or `CTX=` refusal) line.
+fn ctx_child(e: &Env, mib: &str, envs: &[(&str, &str)]) -> (std::process::Child, String) {
+    let mut all = vec![("H4_ARG", mib)];
+    all.extend_from_slice(envs);
+    let mut k = e.child("ctx", true, &all).spawn().unwrap();
+    let mut out = k.stdout.take().unwrap();
+    let mut buf = String::new();
+    let t0 = Instant::now();
+    while !(buf.contains("HOLD=") || buf.contains("CTX=2"))
+        && t0.elapsed() < Duration::from_secs(30)
+    {
+        let mut b = [0u8; 256];
+        let n = std::io::Read::read(&mut out, &mut b).unwrap();
+        if n == 0 {
+            break;
+        }
+        buf.push_str(&String::from_utf8_lossy(&b[..n]));
+    }
+    (k, buf)
+}
+
+/// A root-owned slice directory capped at `cap` MiB, charging `ctx` MiB per process context
+/// against a `ctx` MiB context reserve (what the arbiter writes for one process per slice).
+fn ctx_slice(e: &Env, cap: u64, ctx: u64) -> PathBuf {
+    let dir = e.dir.join("slice");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = gpuslice_region::SliceSpec {
+        devices: vec![gpuslice_region::DeviceSpec {
+            memory_cap: cap * MIB,
+            ..Default::default()
+        }],
+        flags: 0,
+    };
+    gpuslice_region::create_slice(&dir, &spec, false).unwrap();
+    let w = gpuslice_region::LimitsWriter::open(&dir).unwrap();
+    w.set_context(0, ctx * MIB, ctx * MIB).unwrap();
+    dir
+}
+
+/// Issue 15, finding 1: contexts were free, so a slice that forked workers took memory promised
+/// to its neighbours. Each process's context is now charged before it can hold memory: the
+/// slice's processes together stay within cap + reserve, and a context that does not fit is
+/// refused with `CUDA_ERROR_OUT_OF_MEMORY`.
+#[test]
+fn contexts_count_against_the_slice() {
+    let e = setup("ctx");
+    let dir = ctx_slice(&e, 64, 32);
+    let d = dir.to_string_lossy().into_owned();
+    let envs = [("GPUSLICE_SLICE_DIR", d.as_str())];
+    // One process alone gets its whole cap: its context is what the reserve is for.
+    let (out, _) = e.run("fill", true, &[("H4_ARG", "dlsym"), envs[0]]);
+    assert_eq!(field(&out, "N"), 16, "{out}");
+    // Two workers, each a context (32) and 8 MiB: 80 of the 96 MiB promised.
+    let (mut a, ab) = ctx_child(&e, "8", &envs);
+    let (mut b, bb) = ctx_child(&e, "8", &envs);
+    assert!(ab.contains("HOLD=0") && bb.contains("HOLD=0"), "{ab}\n{bb}");
+    // A third worker's context does not fit: refused before the driver makes it.
+    let (mut c, cb) = ctx_child(&e, "8", &envs);
+    assert!(
+        cb.contains("CTX=2"),
+        "a third context must be refused: {cb}"
+    );
+    let _ = c.kill();
+    let _ = c.wait();
+    // With one worker gone (SIGKILL), a new process gets what is left of the promise:
+    // 96 − 40 (the survivor) − 32 (its own context) = 24 MiB, and says so before allocating.
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let (out, _) = e.run("fill", true, &[("H4_ARG", "dlsym"), envs[0]]);
+    assert_eq!(field(&out, "N"), 6, "{out}");
+    let before = out.split("BEFORE").nth(1).unwrap_or_default();
+    assert_eq!(field(before, "FREE"), 24 * MIB, "{out}");
+    assert_eq!(field(before, "TOTAL"), 64 * MIB, "{out}");
+    b.kill().unwrap();
+    b.wait().unwrap();
+}
+
+/// Issue 15, finding 8: after a holder was SIGKILLed, a fresh process's `cuMemGetInfo` showed
+/// its memory as still used until a refusal triggered reclaim. Reclaim now runs before the
+/// figures are reported.
+#[test]
+fn free_memory_is_reported_after_reclaim() {
+    let e = setup("reclaim-view");
+    let dir = capped_slice(&e);
+    let d = dir.to_string_lossy().into_owned();
+    let (mut k, buf) = ctx_child(&e, "16", &[("GPUSLICE_SLICE_DIR", &d)]);
+    assert!(buf.contains("HOLD=0"), "{buf}");
+    k.kill().unwrap();
+    k.wait().unwrap();
+    let (out, _) = e.run(
+        "fill",
+        true,
+        &[("H4_ARG", "dlsym"), ("GPUSLICE_SLICE_DIR", &d)],
+    );
+    let before = out.split("BEFORE").nth(1).unwrap_or_default();
+    assert_eq!(
+        field(before, "FREE"),
+        32 * MIB,
+        "the dead holder's 16 MiB must be free before any refusal: {out}"
+    );
+}
+
+/// Issue 15, finding 4: `dlsym(handle, "cuMemAlloc_v2")` through another library that links
+/// the driver returned the real driver function (glibc searches the handle's dependencies).
+#[test]
+fn dlsym_through_a_library_that_links_the_driver_gives_our_wrapper() {
+    let e = setup("other-handle");
+    let src = e.dir.join("other.c");
+    std::fs::write(&src, "int other_lib_marker(void) { return 1; }\n").unwrap();
+    let lib = e.dir.join("libother.so");
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .arg("-Wl,--no-as-needed")
+        .arg(e.dir.join("lib/libcuda.so.1"))
+        .status()
+        .expect("cc (a C compiler is needed to build the test library)");
+    assert!(st.success());
+    let l = lib.to_string_lossy().into_owned();
+    let (out, err) = e.run(
+        "other_handle",
+        true,
+        &[("H4_ARG", &l), ("GPUSLICE_MEMORY", "64Mi")],
+    );
+    assert_eq!(field(&out, "OWN"), 1, "{out}\n{err}");
+    assert_eq!(
+        field(&out, "OURS"),
+        1,
+        "the lookup must give our wrapper: {out}\n{err}"
+    );
+}
+
+/// Issue 15, finding 4: a slice directory the tenant made (cap = u64::MAX) was obeyed. Limits
+/// the tenant could have written are ignored, with one message, and the environment's request
+/// (if any) applies instead.
+#[test]
+fn untrusted_slice_directories_are_ignored() {
+    use std::os::unix::fs::PermissionsExt;
+    if uid() != 0 {
+        assert!(std::env::var_os("CI").is_none(), "needs root in CI");
+        eprintln!("SKIPPED: needs root (to make a root-owned and another uid's directory)");
+        return;
+    }
+    let e = setup("untrusted");
+    let dir = capped_slice(&e);
+    let d = dir.to_string_lossy().into_owned();
+    let run = |envs: &[(&str, &str)]| {
+        let mut all = vec![("H4_ARG", "dlsym"), ("GPUSLICE_SLICE_DIR", d.as_str())];
+        all.extend_from_slice(envs);
+        e.run("fill", true, &all)
+    };
+    // Root-owned, writable by nobody else: trusted.
+    let (out, err) = run(&[]);
+    assert_eq!(field(&out, "N"), 8, "{out}\n{err}");
+    assert!(!err.contains("not trusted"), "{err}");
+    // Writable by others: ignored; the environment's 16 MiB applies.
+    std::fs::set_permissions(dir.join("limits"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (out, err) = run(&[("GPUSLICE_MEMORY", "16Mi")]);
+    assert_eq!(field(&out, "N"), 4, "{out}\n{err}");
+    assert_eq!(err.matches("not trusted").count(), 1, "{err}");
+    std::fs::set_permissions(dir.join("limits"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Owned by another uid (a directory the tenant made): ignored, nothing else asked for.
+    for p in [dir.clone(), dir.join("limits"), dir.join("lease")] {
+        std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+    }
+    let (out, err) = e.run(
+        "fill",
+        true,
+        &[
+            ("H4_ARG", "dlsym"),
+            ("H4_CHUNK", "268435456"),
+            ("GPUSLICE_SLICE_DIR", &d),
+        ],
+    );
+    assert!(
+        field(&out, "N") > 1,
+        "the 32 MiB cap must not apply: {out}\n{err}"
+    );
+    assert_eq!(err.matches("not trusted").count(), 1, "{err}");
+    assert!(err.contains("owned by uid 65534"), "{err}");
+}

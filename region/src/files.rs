@@ -207,6 +207,27 @@ impl Limits {
     pub fn device(&self, dev: usize) -> Option<DeviceSpec> {
         (dev < self.device_count()).then(|| read_device(&self.map.get().devices[dev]))
     }
+    /// Device `dev`'s context accounting: (charge per process, reserve beyond the cap), both
+    /// 0 beyond the slice's devices or when the slice does not charge contexts.
+    pub fn context(&self, dev: usize) -> (u64, u64) {
+        if dev >= self.device_count() {
+            return (0, 0);
+        }
+        let d = &self.map.get().devices[dev];
+        (
+            d.context_charge.load(Acquire),
+            d.context_reserve.load(Acquire),
+        )
+    }
+    /// The bound on allocations plus context charges on `dev`: the cap plus the context
+    /// reserve when contexts are charged, else the cap.
+    pub fn memory_limit(&self, dev: usize) -> u64 {
+        let cap = self.memory_cap(dev);
+        match self.context(dev) {
+            (0, _) => cap,
+            (_, reserve) => cap.saturating_add(reserve),
+        }
+    }
     /// All device entries.
     pub fn devices(&self) -> Vec<DeviceSpec> {
         (0..self.device_count())
@@ -236,6 +257,16 @@ impl LimitsWriter {
         if dev >= l.device_count.load(Relaxed) as usize {
             l.device_count.store(dev as u32 + 1, Release);
         }
+        l.generation.fetch_add(1, Release);
+        Ok(())
+    }
+    /// Sets device `dev`'s context accounting: `charge` per process at its first context,
+    /// `reserve` promised beyond the cap (see [`Limits::context`]).
+    pub fn set_context(&self, dev: usize, charge: u64, reserve: u64) -> Result<(), RegionError> {
+        let l = self.map.get();
+        let d = l.devices.get(dev).ok_or(RegionError::NoDevice(dev))?;
+        d.context_reserve.store(reserve, Release);
+        d.context_charge.store(charge, Release);
         l.generation.fetch_add(1, Release);
         Ok(())
     }

@@ -115,8 +115,15 @@ pub struct DeviceLimits {
     pub priority: AtomicU32,
     /// Reserved, zero.
     pub reserved0: AtomicU32,
+    /// Bytes charged to the slice for each process's CUDA context on this device, at its first
+    /// context there (0 = contexts are not charged: standalone mode, older arbiters).
+    pub context_charge: AtomicU64,
+    /// Bytes promised to the slice beyond `memory_cap` for its contexts (admission's context
+    /// reserve). Allocations and context charges together stay within `memory_cap` plus this;
+    /// allocations alone within `memory_cap`.
+    pub context_reserve: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 7],
+    pub reserved: [AtomicU64; 5],
     /// Device UUID as NUL-padded ASCII, 8 bytes per word, little-endian.
     pub uuid: [AtomicU64; UUID_BYTES / 8],
 }

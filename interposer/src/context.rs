@@ -1,0 +1,143 @@
+//! Contexts count: every process's first context on a device is charged to its slice before the
+//! driver creates it (`DeviceLimits::context_charge`, under the cap plus the slice's context
+//! reserve), so the processes of a slice together never hold more than it was promised, however
+//! many there are; a context that does not fit is refused with `CUDA_ERROR_OUT_OF_MEMORY`
+//! (the allocation paths charge it too, for contexts made in ways not wrapped here).
+//!
+//! Synchronisation points (`cuStreamSynchronize`, `cuEventSynchronize`) are where the driver
+//! gives pool memory above the release threshold back: the pools' charges follow at once, so
+//! the slice's count never lags what the device holds for it.
+
+#![allow(non_snake_case)]
+
+use crate::guard;
+use crate::state::gate;
+use gpuslice_cuda_abi::result::*;
+use gpuslice_cuda_abi::types::*;
+use std::ffi::{c_int, c_uint, c_void};
+
+type R = CUresult;
+
+/// Charges this process's context on `dev` (the driver's ordinal) before it is created.
+fn admit(dev: CUdevice) -> Result<(), R> {
+    let Some(_g) = guard::enter() else {
+        return Ok(());
+    };
+    let Some(g) = gate() else { return Ok(()) };
+    let Some(entry) = g.entry(dev) else {
+        return Ok(());
+    };
+    g.charge_context(dev, entry)
+}
+
+/// `cuCtxCreate_v2`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> R {
+    if let Err(e) = admit(dev) {
+        return e;
+    }
+    call!(cuCtxCreate_v2: fn(*mut CUcontext, c_uint, CUdevice) -> R; pctx, flags, dev)
+}
+
+/// `cuCtxCreate` (legacy export).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> R {
+    if let Err(e) = admit(dev) {
+        return e;
+    }
+    call!(cuCtxCreate: fn(*mut CUcontext, c_uint, CUdevice) -> R; pctx, flags, dev)
+}
+
+/// `cuCtxCreate_v3` (execution affinity).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut CUcontext,
+    params: *mut c_void,
+    num_params: c_int,
+    flags: c_uint,
+    dev: CUdevice,
+) -> R {
+    if let Err(e) = admit(dev) {
+        return e;
+    }
+    call!(cuCtxCreate_v3: fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> R;
+        pctx, params, num_params, flags, dev)
+}
+
+/// `cuCtxCreate_v4` (`CUctxCreateParams`).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    pctx: *mut CUcontext,
+    params: *mut c_void,
+    flags: c_uint,
+    dev: CUdevice,
+) -> R {
+    if let Err(e) = admit(dev) {
+        return e;
+    }
+    call!(cuCtxCreate_v4: fn(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> R;
+        pctx, params, flags, dev)
+}
+
+/// `cuDevicePrimaryCtxRetain` (the runtime API's context).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> R {
+    if let Err(e) = admit(dev) {
+        return e;
+    }
+    call!(cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) -> R; pctx, dev)
+}
+
+/// After a synchronisation point: pool charges follow what the driver released.
+fn synced(r: R) -> R {
+    if r == CUDA_SUCCESS {
+        if let Some(_g) = guard::enter() {
+            if let Some(g) = gate() {
+                crate::pool::sync_pools(g);
+            }
+        }
+    }
+    r
+}
+
+/// `cuStreamSynchronize`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize(h: CUstream) -> R {
+    synced(call!(cuStreamSynchronize: fn(CUstream) -> R; h))
+}
+
+/// `cuStreamSynchronize_ptsz`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize_ptsz(h: CUstream) -> R {
+    synced(call!(cuStreamSynchronize_ptsz: fn(CUstream) -> R; h))
+}
+
+/// `cuEventSynchronize`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventSynchronize(ev: CUevent) -> R {
+    synced(call!(cuEventSynchronize: fn(CUevent) -> R; ev))
+}
