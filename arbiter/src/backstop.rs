@@ -5,7 +5,7 @@
 //! or environment), and compares:
 //!
 //! * **memory**: the slice's processes together hold more than its cap plus
-//!   `context_allowance` per process → `memory_action` (default `kill`: SIGKILL the largest
+//!   `context_allowance` per slice → `memory_action` (default `kill`: SIGKILL the largest
 //!   offenders until the rest fit);
 //! * **lease**: over the last second the slice's processes ran more device time than the
 //!   scheduler charged it (lease time plus overrun) by more than `lease_tolerance` — they
@@ -160,6 +160,8 @@ pub struct Backstop<G: GpuSource, H: Host> {
     ticks: u64,
     /// Sets of slices already warned about as indistinguishable (comma-joined ids).
     ambiguous: HashSet<String>,
+    /// The context reserve admission promised each slice beyond its cap.
+    slice_reserve: u64,
 }
 
 fn gib(b: u64) -> String {
@@ -191,7 +193,21 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             queried: HashMap::new(),
             ticks: 0,
             ambiguous: HashSet::new(),
+            slice_reserve: 0,
         }
+    }
+
+    /// Sets the context reserve admission promises each slice beyond its cap (the
+    /// policy's `context_reserve × processes_per_slice`).
+    pub fn with_slice_reserve(mut self, reserve: u64) -> Self {
+        self.slice_reserve = reserve;
+        self
+    }
+
+    /// Device memory a slice's processes may hold together beyond its cap: the larger of
+    /// `context_allowance` and the reserve admission promised it.
+    fn slice_allowance(&self) -> u64 {
+        self.cfg.context_allowance.0.max(self.slice_reserve)
     }
 
     /// The host (tests inspect what was done).
@@ -390,11 +406,9 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                     continue; // uncapped, or not this slice's device: nothing to compare with
                 };
                 let used: u64 = list.iter().map(|p| p.2).sum();
-                let allowance = self
-                    .cfg
-                    .context_allowance
-                    .0
-                    .saturating_mul(list.len() as u64);
+                // What the slice was promised, however many processes it runs: the interposer
+                // charges every context under the same bound.
+                let allowance = self.slice_allowance();
                 let limit = cap.saturating_add(allowance);
                 if used <= limit {
                     continue;
@@ -864,7 +878,14 @@ pub fn spawn(
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let gpu = NvmlSource::open(nvml_library)?;
     let period = cfg.period.max(Duration::from_millis(10));
-    let mut b = Backstop::new(cfg, gpu, RealHost::default(), Some(state_dir.to_path_buf()));
+    let reserve = state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .admission()
+        .policy()
+        .reserve();
+    let mut b = Backstop::new(cfg, gpu, RealHost::default(), Some(state_dir.to_path_buf()))
+        .with_slice_reserve(reserve);
     std::thread::Builder::new()
         .name("backstop".into())
         .spawn(move || loop {

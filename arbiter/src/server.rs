@@ -91,7 +91,9 @@ impl State {
             return Ok(());
         };
         let dir = self.store.slice_dir(&rec.slice_id);
-        crate::slices::create(&dir, rec).map_err(|e| e.to_string())?;
+        let p = self.admission.policy();
+        crate::slices::create(&dir, rec, (p.context_reserve, p.reserve()))
+            .map_err(|e| e.to_string())?;
         let params = crate::sched::params_of(&rec.request);
         for (entry, d) in rec.devices.iter().enumerate() {
             sched.add(d.index, &rec.slice_id, &dir, entry, params);

@@ -31,13 +31,20 @@ fn spec_of(slice: &SliceStatus, d: &AssignedDevice) -> DeviceSpec {
 
 /// Creates the slice's `limits`, `lease` and `usage` in `dir` (which exists), unless they are
 /// there already (a restart: running tenants keep their mappings; the limits are rewritten).
-pub fn create(dir: &Path, slice: &SliceStatus) -> Result<(), RegionError> {
+///
+/// `context` is (charge per process context, reserve per slice) from the admission policy: the
+/// interposer charges each process's context and holds the slice to cap + reserve.
+pub fn create(dir: &Path, slice: &SliceStatus, context: (u64, u64)) -> Result<(), RegionError> {
     let spec = SliceSpec {
         devices: slice.devices.iter().map(|d| spec_of(slice, d)).collect(),
         flags: LIMITS_FLAG_LEASED,
     };
     if !create_slice(dir, &spec, false)? {
         write_limits(dir, slice)?;
+    }
+    let w = LimitsWriter::open(dir)?;
+    for i in 0..slice.devices.len() {
+        w.set_context(i, context.0, context.1)?;
     }
     Ok(())
 }
