@@ -462,23 +462,29 @@ fn a_device_left_without_slices_does_not_make_the_next_honest_tenant_look_over()
     assert_eq!(b.host().killed, vec![(201, 6001)]);
 }
 
-/// Issue 15, finding 1: the backstop's limit grew by one context allowance for every process
-/// NVML listed, so a slice that forked workers could hold its neighbours' memory unjudged. The
-/// limit is now what the slice was promised (cap + one allowance, or admission's reserve),
-/// whatever the number of its processes.
-#[test]
-fn the_memory_limit_does_not_grow_with_the_process_count() {
+/// "run" (owner 100, children 101 and 102): three contexts of 300 MiB and its 256 MiB cap in
+/// use = 1156 MiB, judged with `reserve` promised by admission.
+fn forked_run(reserve: u64) -> (Backstop<FakeGpu, FakeHost>, Vec<SliceStatus>) {
     let (mut gpu, host, slices) = node();
-    // "run" (owner 100, children 101 and 102): three contexts of 300 MiB and its 256 MiB cap
-    // in use = 1156 MiB > 256 + 300 promised (the old limit was 256 + 3 × 300 = 1156).
     gpu.procs
         .insert(0, vec![used(100, 556), used(101, 300), used(102, 300)]);
-    let mut b = Backstop::new(
+    let b = Backstop::new(
         cfg(BackstopAction::Kill, BackstopAction::Log),
         gpu,
         host,
         None,
-    );
+    )
+    .with_slice_reserve(reserve);
+    (b, slices)
+}
+
+/// Issue 15, finding 1: the backstop's limit grew by one context allowance for every process
+/// NVML listed, so a slice that forked workers could hold its neighbours' memory unjudged. The
+/// limit is now what the slice was promised (cap + one allowance, or admission's reserve),
+/// whatever the number of its processes: 1156 > 256 + 300 (the old limit was 256 + 3 × 300).
+#[test]
+fn the_memory_limit_does_not_grow_with_the_process_count() {
+    let (mut b, slices) = forked_run(0);
     let ev = b.tick(&slices, None);
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(ev[0].slice_id, "run");
@@ -500,15 +506,6 @@ fn the_memory_limit_does_not_grow_with_the_process_count() {
 /// the larger: an honest slice using what it was promised is left alone.
 #[test]
 fn the_admission_reserve_is_honoured() {
-    let (mut gpu, host, slices) = node();
-    gpu.procs
-        .insert(0, vec![used(100, 556), used(101, 300), used(102, 300)]);
-    let mut b = Backstop::new(
-        cfg(BackstopAction::Kill, BackstopAction::Log),
-        gpu,
-        host,
-        None,
-    )
-    .with_slice_reserve(900 * MI);
+    let (mut b, slices) = forked_run(900 * MI);
     assert!(b.tick(&slices, None).is_empty());
 }
