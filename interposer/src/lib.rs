@@ -24,6 +24,7 @@ pub mod guard;
 pub mod launch;
 pub mod log;
 pub mod nvml;
+pub mod nvml_private;
 pub mod nvml_procs;
 pub mod pool;
 pub mod state;

@@ -47,6 +47,17 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
     Some((total, used, free))
 }
 
+/// The slice's memory total on `device` (its cap there), `None` outside a slice or uncapped.
+pub(crate) fn slice_total(device: nvmlDevice_t) -> Option<u64> {
+    let f = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo: fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t)?;
+    let mut m = nvmlMemory_t::default();
+    // SAFETY: `m` is a valid out-parameter.
+    if unsafe { f(device, &mut m) } != NVML_SUCCESS {
+        return None;
+    }
+    view(device, m.total, m.free).map(|(total, _, _)| total)
+}
+
 /// `nvmlDeviceGetMemoryInfo`.
 ///
 /// # Safety

@@ -58,15 +58,23 @@ const _: () = assert!(std::mem::size_of::<nvmlProcessUtilizationSample_t>() == 3
 /// Something with a pid.
 trait HasPid: Copy + Default {
     fn pid(&self) -> u32;
+    /// Caps the memory figure, where the entry has one, at `max`.
+    fn clamp_used(&mut self, _max: u64) {}
 }
 impl HasPid for nvmlProcessInfo_v1_t {
     fn pid(&self) -> u32 {
         self.pid
     }
+    fn clamp_used(&mut self, max: u64) {
+        self.usedGpuMemory = self.usedGpuMemory.min(max);
+    }
 }
 impl HasPid for nvmlProcessInfo_t {
     fn pid(&self) -> u32 {
         self.pid
+    }
+    fn clamp_used(&mut self, max: u64) {
+        self.usedGpuMemory = self.usedGpuMemory.min(max);
     }
 }
 impl HasPid for nvmlProcessUtilizationSample_t {
@@ -76,7 +84,7 @@ impl HasPid for nvmlProcessUtilizationSample_t {
 }
 
 /// The slice's own pids (`None`: no slice, pass the list through).
-fn own_pids() -> Option<HashSet<u32>> {
+pub(crate) fn own_pids() -> Option<HashSet<u32>> {
     let g = gate()?;
     let mut set = HashSet::new();
     set.insert(std::process::id());
@@ -103,6 +111,7 @@ unsafe fn filtered<T: HasPid>(
     count: *mut c_uint,
     out: *mut T,
     keep: &HashSet<u32>,
+    max_used: Option<u64>,
     empty: nvmlReturn_t,
     fetch: impl Fn(*mut c_uint, *mut T) -> nvmlReturn_t,
 ) -> nvmlReturn_t {
@@ -139,6 +148,11 @@ unsafe fn filtered<T: HasPid>(
         }
     }
     list.retain(|e| keep.contains(&e.pid()));
+    // A process never shows more than the slice's total (its context is on top of what the
+    // slice may allocate on real GPUs, and tools print the two side by side).
+    if let Some(max) = max_used {
+        list.iter_mut().for_each(|e| e.clamp_used(max));
+    }
     // SAFETY: non-null (checked); NVML contract: it holds the caller's capacity.
     let cap = unsafe { count.read() } as usize;
     // SAFETY: as above.
@@ -179,7 +193,8 @@ macro_rules! process_list {
                 // SAFETY: the caller's count / infos under NVML's contract; `fetch` passes our
                 // own buffer and its length to the real function.
                 Some(own) => unsafe {
-                    filtered(count, infos, &own, NVML_SUCCESS, |c, b| f(device, c, b))
+                    let max = crate::nvml::slice_total(device);
+                    filtered(count, infos, &own, max, NVML_SUCCESS, |c, b| f(device, c, b))
                 },
             }
         }
@@ -218,7 +233,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         None => unsafe { f(device, samples, count, last_seen) },
         // SAFETY: as for the process lists.
         Some(own) => unsafe {
-            filtered(count, samples, &own, NVML_ERROR_NOT_FOUND, |c, b| {
+            filtered(count, samples, &own, None, NVML_ERROR_NOT_FOUND, |c, b| {
                 f(device, b, c, last_seen)
             })
         },
@@ -267,21 +282,44 @@ mod tests {
         // Probe: count 0, null buffer → the filtered count.
         let mut n: c_uint = 0;
         // SAFETY: valid count, null buffer.
-        let r = unsafe { filtered(&mut n, std::ptr::null_mut(), &keep, NVML_SUCCESS, &f) };
+        let r = unsafe { filtered(&mut n, std::ptr::null_mut(), &keep, None, NVML_SUCCESS, &f) };
         assert_eq!((r, n), (NVML_ERROR_INSUFFICIENT_SIZE, 2));
         // A buffer of exactly the filtered size suffices (the real list has 4).
         let mut buf = [nvmlProcessInfo_t::default(); 2];
         let mut n: c_uint = 2;
         // SAFETY: buf holds n elements.
-        let r = unsafe { filtered(&mut n, buf.as_mut_ptr(), &keep, NVML_SUCCESS, &f) };
+        let r = unsafe { filtered(&mut n, buf.as_mut_ptr(), &keep, None, NVML_SUCCESS, &f) };
         assert_eq!((r, n), (NVML_SUCCESS, 2));
         assert_eq!(buf, [p(2), p(4)]);
         // Nothing of ours: success with count 0.
         let none: HashSet<u32> = [9].into_iter().collect();
         let mut n: c_uint = 2;
         // SAFETY: as above.
-        let r = unsafe { filtered(&mut n, buf.as_mut_ptr(), &none, NVML_SUCCESS, &f) };
+        let r = unsafe { filtered(&mut n, buf.as_mut_ptr(), &none, None, NVML_SUCCESS, &f) };
         assert_eq!((r, n), (NVML_SUCCESS, 0));
+    }
+
+    #[test]
+    fn memory_figures_are_capped_at_the_slice_total() {
+        let f = fake(vec![
+            nvmlProcessInfo_t {
+                pid: 1,
+                usedGpuMemory: 900,
+                ..Default::default()
+            },
+            nvmlProcessInfo_t {
+                pid: 2,
+                usedGpuMemory: 100,
+                ..Default::default()
+            },
+        ]);
+        let keep: HashSet<u32> = [1, 2].into_iter().collect();
+        let mut buf = [nvmlProcessInfo_t::default(); 4];
+        let mut n: c_uint = 4;
+        // SAFETY: `buf` holds `n` entries.
+        let r = unsafe { filtered(&mut n, buf.as_mut_ptr(), &keep, Some(512), NVML_SUCCESS, &f) };
+        assert_eq!(r, NVML_SUCCESS);
+        assert_eq!((buf[0].usedGpuMemory, buf[1].usedGpuMemory), (512, 100));
     }
 
     #[test]
@@ -294,6 +332,7 @@ mod tests {
                 &mut n,
                 std::ptr::null_mut(),
                 &keep,
+                None,
                 NVML_SUCCESS,
                 |_, _| NVML_ERROR_INVALID_ARGUMENT,
             )
@@ -305,6 +344,7 @@ mod tests {
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 &keep,
+                None,
                 NVML_SUCCESS,
                 |_, _| NVML_SUCCESS,
             )

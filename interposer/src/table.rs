@@ -56,4 +56,10 @@ table! {
     nvml_procs::nvmlDeviceGetGraphicsRunningProcesses_v3,
     nvml_procs::nvmlDeviceGetMPSComputeRunningProcesses_v3,
     nvml_procs::nvmlDeviceGetProcessUtilization,
+    nvml_private::nvmlDeviceGetUtilizationRates, nvml_private::nvmlDeviceGetPowerUsage,
+    nvml_private::nvmlDeviceGetTotalEnergyConsumption, nvml_private::nvmlDeviceGetTemperature,
+    nvml_private::nvmlDeviceGetFanSpeed, nvml_private::nvmlDeviceGetFanSpeed_v2,
+    nvml_private::nvmlDeviceGetClockInfo, nvml_private::nvmlDeviceGetClock,
+    nvml_private::nvmlDeviceGetPerformanceState,
+    nvml_private::nvmlDeviceGetEncoderUtilization, nvml_private::nvmlDeviceGetDecoderUtilization,
 }
