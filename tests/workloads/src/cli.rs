@@ -52,6 +52,10 @@ pub enum Cmd {
         /// Kernels kept in flight on the stream.
         #[arg(long, default_value_t = 2)]
         depth: usize,
+        /// Launch CUDA graphs of this many `kernel-us` kernel nodes (one `cuGraphLaunch`
+        /// each) instead of single kernels (0: kernels).
+        #[arg(long, default_value_t = 0)]
+        graph_nodes: usize,
     },
     /// Fixed-rate requests (one kernel each, synchronised); prints latency percentiles.
     Bursty {
@@ -94,8 +98,9 @@ pub fn run(args: Args, drv: Driver) -> Result<()> {
             kernel_us,
             seconds,
             depth,
+            graph_nodes,
         } => {
-            let r = saturate(&s, kernel_us, seconds, depth)?;
+            let r = saturate(&s, kernel_us, seconds, depth, graph_nodes)?;
             println!(
                 "kernels={} elapsed_s={:.3} share={:.4}",
                 r.kernels, r.elapsed_s, r.share
@@ -198,8 +203,20 @@ pub struct Saturation {
     pub share: f64,
 }
 
-fn saturate(s: &Session, kernel_us: u64, seconds: f64, depth: usize) -> Result<Saturation> {
+fn saturate(
+    s: &Session,
+    kernel_us: u64,
+    seconds: f64,
+    depth: usize,
+    graph_nodes: usize,
+) -> Result<Saturation> {
     let stream = s.stream()?;
+    let graph = if graph_nodes > 0 {
+        Some(s.spin_graph(graph_nodes, kernel_us)?)
+    } else {
+        None
+    };
+    let per_launch = kernel_us * graph_nodes.max(1) as u64;
     let depth = depth.max(1);
     let events: Vec<_> = (0..depth).map(|_| s.event()).collect::<Result<_>>()?;
     let start = Instant::now();
@@ -211,13 +228,16 @@ fn saturate(s: &Session, kernel_us: u64, seconds: f64, depth: usize) -> Result<S
             // Wait for the kernel launched `depth` ago before queueing another.
             s.wait(events[slot])?;
         }
-        s.launch_spin(stream, kernel_us)?;
+        match graph {
+            Some(g) => s.launch_graph(g, stream)?,
+            None => s.launch_spin(stream, kernel_us)?,
+        }
         s.record(events[slot], stream)?;
         launched += 1;
     }
     s.sync(stream)?;
     let elapsed = start.elapsed().as_secs_f64();
-    let share = launched as f64 * kernel_us as f64 / 1e6 / elapsed;
+    let share = launched as f64 * per_launch as f64 / 1e6 / elapsed;
     Ok(Saturation {
         kernels: launched,
         elapsed_s: elapsed,

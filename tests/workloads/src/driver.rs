@@ -73,6 +73,10 @@ driver_table! {
     event_destroy: "cuEventDestroy" / "cuEventDestroy_v2" => fn(CUevent);
     launch_kernel: "cuLaunchKernel" / "cuLaunchKernel" => fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
     get_error_name: "cuGetErrorName" / "cuGetErrorName" => fn(CUresult, *mut *const c_char);
+    graph_create: "cuGraphCreate" / "cuGraphCreate" => fn(*mut *mut c_void, c_uint);
+    graph_add_kernel_node: "cuGraphAddKernelNode" / "cuGraphAddKernelNode_v2" => fn(*mut *mut c_void, *mut c_void, *const *mut c_void, usize, *const c_void);
+    graph_instantiate: "cuGraphInstantiateWithFlags" / "cuGraphInstantiateWithFlags" => fn(*mut *mut c_void, *mut c_void, u64);
+    graph_launch: "cuGraphLaunch" / "cuGraphLaunch" => fn(*mut c_void, CUstream);
 }
 
 /// How the table was filled.

@@ -25,6 +25,10 @@ unsafe impl Sync for Session {}
 #[derive(Clone, Copy)]
 pub struct Stream(CUstream);
 
+/// An executable graph created by a session.
+#[derive(Clone, Copy)]
+pub struct Graph(*mut c_void);
+
 /// A timing event created by a session.
 #[derive(Clone, Copy)]
 pub struct Event(CUevent);
@@ -158,6 +162,65 @@ impl Session {
             )
         };
         self.drv.check("cuLaunchKernel(spin)", r)
+    }
+
+    /// An executable graph of `nodes` `spin(us)` kernel nodes in a chain (one `cuGraphLaunch`
+    /// runs them all, back to back).
+    pub fn spin_graph(&self, nodes: usize, us: u64) -> Result<Graph> {
+        let mut g: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; flags 0.
+        self.drv.check("cuGraphCreate", unsafe {
+            (self.drv.graph_create)(&mut g, 0)
+        })?;
+        let mut prev: *mut c_void = std::ptr::null_mut();
+        for _ in 0..nodes {
+            let mut arg = us;
+            let mut params = [(&mut arg as *mut u64).cast::<c_void>()];
+            let p = gpuslice_cuda_abi::exec::CUDA_KERNEL_NODE_PARAMS_v2 {
+                func: self.spin,
+                grid_dim_x: 1,
+                grid_dim_y: 1,
+                grid_dim_z: 1,
+                block_dim_x: 1,
+                block_dim_y: 1,
+                block_dim_z: 1,
+                shared_mem_bytes: 0,
+                kernel_params: params.as_mut_ptr(),
+                extra: std::ptr::null_mut(),
+                kern: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+            };
+            let mut node: *mut c_void = std::ptr::null_mut();
+            let ndeps = usize::from(!prev.is_null());
+            // SAFETY: valid out-pointer, live graph, `prev` (when non-null) a node of it; the
+            // parameter struct (a v2 struct, of which v1 is a prefix) and `arg` outlive the call
+            // (the driver copies parameters when the node is added).
+            let r = unsafe {
+                (self.drv.graph_add_kernel_node)(
+                    &mut node,
+                    g,
+                    &prev,
+                    ndeps,
+                    (&p as *const gpuslice_cuda_abi::exec::CUDA_KERNEL_NODE_PARAMS_v2).cast(),
+                )
+            };
+            self.drv.check("cuGraphAddKernelNode", r)?;
+            prev = node;
+        }
+        let mut exec: *mut c_void = std::ptr::null_mut();
+        // SAFETY: valid out-pointer, live graph, flags 0.
+        self.drv.check("cuGraphInstantiateWithFlags", unsafe {
+            (self.drv.graph_instantiate)(&mut exec, g, 0)
+        })?;
+        Ok(Graph(exec))
+    }
+
+    /// cuGraphLaunch.
+    pub fn launch_graph(&self, g: Graph, stream: Stream) -> Result<()> {
+        // SAFETY: live handles from this session.
+        self.drv.check("cuGraphLaunch", unsafe {
+            (self.drv.graph_launch)(g.0, stream.0)
+        })
     }
 
     /// cuStreamQuery: Ok(true) when idle, Ok(false) when work is pending.
