@@ -216,6 +216,17 @@ struct Ctx<'a> {
     engine: &'static str,
 }
 
+/// The tenants' engine time, sampled every 10 ms for 10.6 s.
+fn sample_run(c: &Ctx, children: &[Child]) -> Samples {
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    sample(
+        c.sim,
+        &pids,
+        Duration::from_millis(10_600),
+        Duration::from_millis(10),
+    )
+}
+
 /// Saturating tenants with the given requests and workloads for 10.5 s; returns the 1 s windows
 /// and the 10 s share of each, and the raw samples.
 fn shares_run(
@@ -223,19 +234,12 @@ fn shares_run(
     tenants: &[(&str, &str, Vec<String>)],
 ) -> Result<(Vec<Vec<f64>>, Vec<f64>, Samples)> {
     let mut children = Vec::new();
-    let mut pids = Vec::new();
     for (id, req, args) in tenants {
         let dir = c.arb.admit(id, req)?;
         let ch = tenant(c.node, c.dist, &dir, args)?;
-        pids.push(ch.id());
         children.push(ch);
     }
-    let samples = sample(
-        c.sim,
-        &pids,
-        Duration::from_millis(10_600),
-        Duration::from_millis(10),
-    );
+    let samples = sample_run(c, &children);
     // The arbiter's view before the slices go: each tenant's drain p99 (revoke → its queued
     // work reported complete), µs.
     let st = c.arb.sched_status();
@@ -672,7 +676,6 @@ fn shapes(ctxs: &[Ctx]) -> Result<()> {
 /// The same processes without the interposer (the bare simulated engine): 10 s shares.
 fn bare_run(c: &Ctx, tenants: &[Vec<String>]) -> Result<Vec<f64>> {
     let mut children = Vec::new();
-    let mut pids = Vec::new();
     for args in tenants {
         let ch = c
             .node
@@ -683,15 +686,9 @@ fn bare_run(c: &Ctx, tenants: &[Vec<String>]) -> Result<Vec<f64>> {
             .stderr(Stdio::null())
             .spawn()
             .context("starting a bare tenant")?;
-        pids.push(ch.id());
         children.push(ch);
     }
-    let samples = sample(
-        c.sim,
-        &pids,
-        Duration::from_millis(10_600),
-        Duration::from_millis(10),
-    );
+    let samples = sample_run(c, &children);
     wait_all(children);
     Ok(windows(&samples, 0.5, 10.0)
         .into_iter()
@@ -712,17 +709,10 @@ fn utilisation(ctxs: &[Ctx]) -> Result<()> {
         "{:<34} {:<9} {:>7} {:>15} {:>7} {:>15} {:>7} {:>5}",
         "mix", "engine", "gated", "(shares)", "bare", "(shares)", "verdict", "load"
     );
-    let bursty = [
-        "bursty",
-        "--kernel-us",
-        "1000",
-        "--rate",
-        "50",
-        "--seconds",
-        "10.8",
-    ]
-    .map(String::from)
-    .to_vec();
+    let bursty: Vec<String> = "bursty --kernel-us 1000 --rate 50 --seconds 10.8"
+        .split(' ')
+        .map(String::from)
+        .collect();
     let sat = saturate(1000, 10.8, 64);
     let mixes: [(&str, &str, Vec<String>); 3] = [
         (
