@@ -126,6 +126,14 @@ pub struct AssignedDevice {
     /// `None` = no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_cap: Option<u64>,
+    /// For a slice without a cap (best-effort memory): its share of the memory no capped slice
+    /// was promised on this device, bytes, as written into its region limits (what its
+    /// interposer enforces and `cuMemGetInfo` reports). Recomputed by the arbiter whenever a
+    /// slice on the device comes, goes or changes: a figure, not a promise. `None` for a capped
+    /// slice, with `overcommit_memory` (best-effort slices are then unbounded), and from
+    /// arbiters that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_best_effort: Option<u64>,
 }
 
 /// A slice as the arbiter holds it.
@@ -153,7 +161,7 @@ pub struct DeviceStatus {
     /// Total memory, bytes.
     pub memory_total: u64,
     /// Memory promised to slices on this device: caps plus per-process context reserves
-    /// (an uncapped slice counts as the whole device).
+    /// (a slice without a cap counts its context reserve only).
     pub memory_committed: u64,
     /// Sum of guaranteed shares, percent (≤ 100).
     pub compute_guaranteed: u32,

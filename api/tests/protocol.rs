@@ -119,6 +119,7 @@ fn responses_round_trip() {
         name: "NVIDIA H100".into(),
         memory_total: 80 << 30,
         memory_cap: Some(8 << 30),
+        memory_best_effort: None,
     };
     let all = vec![
         Response::Admitted {

@@ -11,7 +11,7 @@ use gpuslice_api::{
     Owner, Priority, RequestError, SliceRequest, SliceStatus,
 };
 
-use crate::fit::{check, Ask, Load, Policy, Refusal};
+use crate::fit::{best_effort_share, check, Ask, Constraint, DeviceRefusal, Load, Policy, Refusal};
 use crate::inventory::DeviceInfo;
 use crate::placement::{choose, Candidate};
 
@@ -59,6 +59,23 @@ impl AdmitError {
         }
     }
 }
+
+/// What admitted slices hold now, as measured: bytes slice `id` holds on device `uuid` (0 when
+/// unknown). The daemon reads each slice's `usage` file; tests pass a closure. Admission asks it
+/// only about best-effort slices, before lowering their effective caps.
+pub trait Holdings {
+    /// Bytes slice `id` holds on device `uuid`.
+    fn held(&self, id: &str, uuid: &str) -> u64;
+}
+
+impl<F: Fn(&str, &str) -> u64> Holdings for F {
+    fn held(&self, id: &str, uuid: &str) -> u64 {
+        self(id, uuid)
+    }
+}
+
+/// Nothing held anywhere (a node without region files: the kubelet plugin's model, tests).
+const NOTHING_HELD: &dyn Holdings = &|_: &str, _: &str| 0u64;
 
 /// A change to a running slice; `None` fields are unchanged.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -142,7 +159,8 @@ impl Admission {
             for a in s.devices.iter().filter(|a| a.uuid == dev.uuid) {
                 load.memory_committed = load
                     .memory_committed
-                    .saturating_add(self.policy.commitment(a.memory_cap, dev.memory_total));
+                    .saturating_add(self.policy.commitment(a.memory_cap));
+                load.best_effort += u64::from(a.memory_cap.is_none());
                 load.compute_guaranteed += u32::from(s.request.compute.unwrap_or(0));
             }
         }
@@ -173,7 +191,105 @@ impl Admission {
             name: dev.name.clone(),
             memory_total: dev.memory_total,
             memory_cap: ask.cap,
+            // Set by `rebalance` once the slice is in place.
+            memory_best_effort: None,
         }
+    }
+
+    /// The effective cap of every best-effort slice on device `pos` now (`None`: none there,
+    /// or `overcommit_memory`, where they are not bounded).
+    pub fn best_effort_cap(&self, pos: usize) -> Option<u64> {
+        let dev = self.devices.get(pos)?;
+        if self.policy.overcommit_memory {
+            return None;
+        }
+        let load = self.load(pos, None);
+        best_effort_share(dev.memory_total, load.memory_committed, load.best_effort)
+    }
+
+    /// Writes each best-effort slice's effective cap into its assignments (`memory_best_effort`),
+    /// after any change on the node.
+    fn rebalance(&mut self) {
+        for pos in 0..self.devices.len() {
+            let share = self.best_effort_cap(pos);
+            let uuid = self.devices[pos].uuid.clone();
+            for s in self.slices.values_mut() {
+                for a in s.devices.iter_mut().filter(|a| a.uuid == uuid) {
+                    a.memory_best_effort = if a.memory_cap.is_none() { share } else { None };
+                }
+            }
+        }
+    }
+
+    /// Whether placing `ask` for slice `id` on device `pos` (carrying `load`, without `id`)
+    /// would lower the effective cap of a best-effort slice there below what it holds now.
+    fn squeeze(
+        &self,
+        pos: usize,
+        id: &str,
+        load: Load,
+        ask: Ask,
+        holdings: &dyn Holdings,
+    ) -> Option<Constraint> {
+        let dev = self.devices.get(pos)?;
+        let before = self.best_effort_cap(pos)?;
+        let committed = load
+            .memory_committed
+            .saturating_add(self.policy.commitment(ask.cap));
+        if committed > dev.memory_total {
+            return None; // refused for memory already
+        }
+        let after = best_effort_share(
+            dev.memory_total,
+            committed,
+            load.best_effort + u64::from(ask.cap.is_none()),
+        )?;
+        if after >= before {
+            return None;
+        }
+        let held: Vec<(String, u64)> = self
+            .slices
+            .values()
+            .filter(|s| s.slice_id != id)
+            .filter(|s| {
+                s.devices
+                    .iter()
+                    .any(|a| a.uuid == dev.uuid && a.memory_cap.is_none())
+            })
+            .map(|s| (s.slice_id.clone(), holdings.held(&s.slice_id, &dev.uuid)))
+            .filter(|&(_, h)| h > after)
+            .collect();
+        (!held.is_empty()).then_some(Constraint::BestEffortHeld { share: after, held })
+    }
+
+    /// [`check`] plus [`Self::squeeze`]: every reason device `pos` cannot take `ask` for `id`.
+    fn fits(
+        &self,
+        pos: usize,
+        id: &str,
+        load: Load,
+        ask: Ask,
+        model: Option<&str>,
+        holdings: &dyn Holdings,
+    ) -> Result<(), DeviceRefusal> {
+        let dev = &self.devices[pos];
+        let checked = check(&self.policy, dev, load, ask, model);
+        let Some(c) = self.squeeze(pos, id, load, ask, holdings) else {
+            return checked;
+        };
+        let mut refusal = checked.err().unwrap_or_else(|| DeviceRefusal {
+            index: dev.index,
+            uuid: dev.uuid.clone(),
+            failed: Vec::new(),
+        });
+        // In the order model, memory, compute.
+        let at = refusal
+            .failed
+            .iter()
+            .position(|f| matches!(f, Constraint::Compute { .. }))
+            .unwrap_or(refusal.failed.len());
+        refusal.failed.insert(at, c);
+        Err(refusal)
     }
 
     fn find(&self, r: &DeviceRef) -> Option<usize> {
@@ -183,13 +299,26 @@ impl Admission {
         })
     }
 
-    /// Admits slice `id`, placing it by the policy. Repeating an admit with the same request
-    /// returns the existing assignment.
+    /// Admits slice `id`, placing it by the policy, as if no best-effort slice held memory
+    /// ([`Self::admit_holding`]).
     pub fn admit(
         &mut self,
         id: &str,
         request: SliceRequest,
         owner: Owner,
+    ) -> Result<Admitted, AdmitError> {
+        self.admit_holding(id, request, owner, NOTHING_HELD)
+    }
+
+    /// Admits slice `id`, placing it by the policy. Repeating an admit with the same request
+    /// returns the existing assignment. A device where the slice would leave a best-effort
+    /// slice an effective cap below what it holds (`holdings`) does not fit.
+    pub fn admit_holding(
+        &mut self,
+        id: &str,
+        request: SliceRequest,
+        owner: Owner,
+        holdings: &dyn Holdings,
     ) -> Result<Admitted, AdmitError> {
         if !valid_slice_id(id) {
             return Err(AdmitError::BadSliceId(id.to_string()));
@@ -235,12 +364,13 @@ impl Admission {
                         )));
                     }
                     let dev = &self.devices[pos];
-                    check(
-                        &self.policy,
-                        dev,
+                    self.fits(
+                        pos,
+                        id,
                         self.load(pos, None),
                         self.ask(&request, dev),
                         model,
+                        holdings,
                     )
                     .map_err(|d| refused(Refusal::ListedDeviceFull(d)))?;
                     positions.push(pos);
@@ -254,7 +384,7 @@ impl Admission {
                 for (pos, dev) in self.devices.iter().enumerate() {
                     let load = self.load(pos, None);
                     let ask = self.ask(&request, dev);
-                    match check(&self.policy, dev, load, ask, model) {
+                    match self.fits(pos, id, load, ask, model, holdings) {
                         Ok(()) => fits.push(Candidate::new(&self.policy, pos, dev, load, ask)),
                         Err(d) => misses.push(d),
                     }
@@ -282,23 +412,42 @@ impl Admission {
                 slice_id: id.to_string(),
                 request,
                 owner,
-                devices: devices.clone(),
+                devices,
             },
         );
+        self.rebalance();
         Ok(Admitted {
-            devices,
+            devices: self.slices[id].devices.clone(),
             existing: false,
         })
     }
 
-    /// Changes a slice in place (it is not moved). Memory and compute are checked on every
-    /// device of the slice like an admit; a cap below what the slice uses now (`used`: bytes by
-    /// device UUID, as measured) is accepted with a warning.
+    /// [`Self::update_holding`] where only slice `id` is known to hold memory (`used`: bytes by
+    /// device UUID, as measured).
     pub fn update(
         &mut self,
         id: &str,
         change: &Change,
         used: &BTreeMap<String, u64>,
+    ) -> Result<Updated, AdmitError> {
+        let holdings = |s: &str, uuid: &str| {
+            if s == id {
+                used.get(uuid).copied().unwrap_or(0)
+            } else {
+                0
+            }
+        };
+        self.update_holding(id, change, &holdings)
+    }
+
+    /// Changes a slice in place (it is not moved). Memory and compute are checked on every
+    /// device of the slice like an admit (best-effort neighbours included); a cap below what
+    /// the slice uses now (`holdings`, as measured) is accepted with a warning.
+    pub fn update_holding(
+        &mut self,
+        id: &str,
+        change: &Change,
+        holdings: &dyn Holdings,
     ) -> Result<Updated, AdmitError> {
         let slice = self
             .slices
@@ -342,13 +491,13 @@ impl Admission {
             let dev = &self.devices[pos];
             let ask = self.ask(&request, dev);
             // The model constraint was checked at admission; an update cannot change it.
-            check(&self.policy, dev, self.load(pos, Some(id)), ask, None).map_err(|d| {
-                AdmitError::Refused {
+            self.fits(pos, id, self.load(pos, Some(id)), ask, None, holdings)
+                .map_err(|d| AdmitError::Refused {
                     id: id.to_string(),
                     refusal: Refusal::UpdateDoesNotFit(d),
-                }
-            })?;
-            if let (Some(cap), Some(&u)) = (ask.cap, used.get(&dev.uuid)) {
+                })?;
+            if let Some(cap) = ask.cap {
+                let u = holdings.held(id, &dev.uuid);
                 if u > cap {
                     warnings.push(format!(
                         "device {} ({}): new memory cap {} is below current use {}; new \
@@ -367,11 +516,14 @@ impl Admission {
             .get_mut(id)
             .ok_or_else(|| AdmitError::NotFound(id.to_string()))?;
         slice.request = request;
-        slice.devices = devices.clone();
-        Ok(Updated { devices, warnings })
+        slice.devices = devices;
+        self.rebalance();
+        Ok(Updated {
+            devices: self.slices[id].devices.clone(),
+            warnings,
+        })
     }
 
-    /// Releases a slice, returning its record.
     /// Records the processes that run slice `id` (the container's init pid and cgroup). Fields
     /// left `None` keep their current value.
     pub fn bind(
@@ -393,10 +545,15 @@ impl Admission {
         Ok(slice)
     }
 
+    /// Releases a slice, returning its record; the best-effort slices it shared devices with
+    /// get their new effective caps.
     pub fn release(&mut self, id: &str) -> Result<SliceStatus, AdmitError> {
-        self.slices
+        let gone = self
+            .slices
             .remove(id)
-            .ok_or_else(|| AdmitError::NotFound(id.to_string()))
+            .ok_or_else(|| AdmitError::NotFound(id.to_string()))?;
+        self.rebalance();
+        Ok(gone)
     }
 
     /// Re-inserts a slice admitted by an earlier run of the arbiter. Its devices are matched by
@@ -430,6 +587,7 @@ impl Admission {
             *a = Self::assigned(dev, ask);
         }
         self.slices.insert(id, record);
+        self.rebalance();
         Ok(warnings)
     }
 

@@ -401,9 +401,9 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                     .devices
                     .iter()
                     .find(|d| d.index == dev)
-                    .and_then(|d| d.memory_cap)
+                    .and_then(|d| d.memory_cap.or(d.memory_best_effort))
                 else {
-                    continue; // uncapped, or not this slice's device: nothing to compare with
+                    continue; // unbounded, or not this slice's device: nothing to compare with
                 };
                 let used: u64 = list.iter().map(|p| p.2).sum();
                 // What the slice was promised, however many processes it runs: the interposer
@@ -1068,6 +1068,7 @@ mod tests {
                 name: "sim".into(),
                 memory_total: 1 << 30,
                 memory_cap: None,
+                memory_best_effort: None,
             }],
         }];
         let run = |catch_up: u64| {

@@ -48,21 +48,32 @@ impl Policy {
             .saturating_mul(u64::from(self.processes_per_slice))
     }
 
-    /// Memory a slice with `cap` commits on a device of `total` bytes: the cap plus the context
-    /// reserve, or the whole device when uncapped.
-    pub fn commitment(&self, cap: Option<u64>, total: u64) -> u64 {
+    /// Memory a slice with `cap` commits on a device: the cap plus the context reserve. A slice
+    /// without a cap (best-effort memory) commits its context reserve only: it shares, best
+    /// effort, what no capped slice was promised ([`best_effort_share`]).
+    pub fn commitment(&self, cap: Option<u64>) -> u64 {
         match cap {
             Some(c) => c.saturating_add(self.reserve()),
-            None => total,
+            None => self.reserve(),
         }
     }
+}
+
+/// The effective cap of each of `best_effort` slices without a cap on a device of `total`
+/// bytes carrying `committed` (every slice's commitment, theirs included): an equal split of
+/// the *best-effort pool*, what is left once capped slices' caps and reserves and the
+/// best-effort slices' own reserves are set aside. `None` when there is none to split.
+pub fn best_effort_share(total: u64, committed: u64, best_effort: u64) -> Option<u64> {
+    (best_effort > 0).then(|| total.saturating_sub(committed) / best_effort)
 }
 
 /// What is already promised on a device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Load {
-    /// Sum of commitments (caps + reserves; uncapped = whole device), bytes.
+    /// Sum of commitments (caps + reserves; a slice without a cap: its reserve), bytes.
     pub memory_committed: u64,
+    /// Slices without a cap (best-effort memory) on the device.
+    pub best_effort: u64,
     /// Sum of guaranteed shares, percent.
     pub compute_guaranteed: u32,
 }
@@ -79,12 +90,21 @@ pub enum Constraint {
     },
     /// The memory commitment does not fit.
     Memory {
-        /// The cap asked for on this device (`None` = uncapped = whole device).
+        /// The cap asked for on this device (`None` = best effort: the context reserve only).
         cap: Option<u64>,
-        /// Cap plus context reserve (or the whole device).
+        /// Cap plus context reserve (or the reserve alone).
         needed: u64,
         /// Memory not yet promised on the device.
         available: u64,
+    },
+    /// The slice would leave best-effort slices on the device an effective cap below the
+    /// memory they hold now (their tenants would be over their cap, and the backstop kills
+    /// what is over).
+    BestEffortHeld {
+        /// The effective cap each best-effort slice would be left, bytes.
+        share: u64,
+        /// The best-effort slices that hold more than that: (slice id, bytes held).
+        held: Vec<(String, u64)>,
     },
     /// The guaranteed share does not fit.
     Compute {
@@ -119,11 +139,26 @@ impl fmt::Display for Constraint {
                 available,
             } => write!(
                 f,
-                "memory: an uncapped slice needs the whole device ({}) but only {} is uncommitted \
-                 (ask for gpuslice.io/memory to share it)",
+                "memory: a best-effort slice (no memory cap) needs its context reserve {} but \
+                 only {} is uncommitted",
                 format_bytes(*needed),
                 format_bytes(*available)
             ),
+            Constraint::BestEffortHeld { share, held } => {
+                f.write_str("memory: it would leave best-effort slice(s) ")?;
+                for (i, (id, bytes)) in held.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "\"{id}\" (holding {})", format_bytes(*bytes))?;
+                }
+                write!(
+                    f,
+                    " an effective cap of {} each, below what they hold (ask for less, or \
+                     wait until they free memory)",
+                    format_bytes(*share)
+                )
+            }
             Constraint::Compute { needed, available } => write!(
                 f,
                 "compute: guarantee {needed}% > {available}% not yet guaranteed"
@@ -249,7 +284,7 @@ pub fn check(
         }
     }
     if !policy.overcommit_memory {
-        let needed = policy.commitment(ask.cap, device.memory_total);
+        let needed = policy.commitment(ask.cap);
         let available = device.memory_total.saturating_sub(load.memory_committed);
         if needed > available {
             failed.push(Constraint::Memory {

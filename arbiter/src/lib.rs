@@ -19,6 +19,6 @@ pub mod slices;
 pub mod store;
 pub mod syscalls;
 
-pub use admission::{Admission, AdmitError, Admitted, Change, Updated};
+pub use admission::{Admission, AdmitError, Admitted, Change, Holdings, Updated};
 pub use fit::{Constraint, DeviceRefusal, Load, Policy, Refusal};
 pub use inventory::{DeviceInfo, DeviceInventory, InventoryError, StaticInventory};

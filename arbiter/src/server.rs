@@ -101,6 +101,41 @@ impl State {
         Ok(())
     }
 
+    /// What each admitted slice holds now, read from its `usage` file (0 without one).
+    fn held(&self, id: &str, uuid: &str) -> u64 {
+        self.admission
+            .slice(id)
+            .and_then(|s| {
+                crate::metrics::measured_use(&self.store.slice_dir(id), s)
+                    .get(uuid)
+                    .copied()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Rewrites the region caps of the best-effort slices whose effective cap changed since
+    /// `before` (a neighbour came, went or changed), all but `skip` (whose files were just
+    /// written whole). Region files exist only with a scheduler attached.
+    fn rewrite_best_effort(&self, before: &Admission, skip: &str) {
+        if self.sched.is_none() {
+            return;
+        }
+        for s in self.admission.slices() {
+            if s.slice_id == skip
+                || before.slice(&s.slice_id).map(|o| &o.devices) == Some(&s.devices)
+            {
+                continue;
+            }
+            let dir = self.store.slice_dir(&s.slice_id);
+            if let Err(e) = crate::slices::write_memory_caps(&dir, s) {
+                tracing::warn!(
+                    "slice {}: cannot rewrite its best-effort memory cap: {e}",
+                    s.slice_id
+                );
+            }
+        }
+    }
+
     /// The admission state.
     pub fn admission(&self) -> &Admission {
         &self.admission
@@ -115,7 +150,8 @@ impl State {
                 owner,
             } => {
                 let mut next = self.admission.clone();
-                match next.admit(&slice_id, request, owner) {
+                let held = |id: &str, uuid: &str| self.held(id, uuid);
+                match next.admit_holding(&slice_id, request, owner, &held) {
                     Err(e) => {
                         crate::metrics::counters().add_refusal(e.code());
                         error(e.code(), e.to_string())
@@ -143,7 +179,8 @@ impl State {
                                     format!("cannot create the slice files: {e}"),
                                 );
                             }
-                            self.admission = next;
+                            let before = std::mem::replace(&mut self.admission, next);
+                            self.rewrite_best_effort(&before, &slice_id);
                         }
                         Response::Admitted {
                             slice_dir: self.store.slice_dir(&slice_id),
@@ -167,8 +204,12 @@ impl State {
                         format!("cannot remove the slice directory: {e}"),
                     );
                 }
+                let before = self.admission.clone();
                 match self.admission.release(&slice_id) {
-                    Ok(_) => Response::Released { slice_id },
+                    Ok(_) => {
+                        self.rewrite_best_effort(&before, &slice_id);
+                        Response::Released { slice_id }
+                    }
                     Err(e) => error(e.code(), e.to_string()),
                 }
             }
@@ -186,13 +227,10 @@ impl State {
                     priority,
                 };
                 let mut next = self.admission.clone();
-                // Measured use per device, from the slice's usage file (for the below-use warning).
-                let used = self
-                    .admission
-                    .slice(&slice_id)
-                    .map(|s| crate::metrics::measured_use(&self.store.slice_dir(&slice_id), s))
-                    .unwrap_or_default();
-                match next.update(&slice_id, &change, &used) {
+                // Measured use, from the slices' usage files: the slice's own for the below-use
+                // warning, best-effort neighbours' so that their caps never drop below it.
+                let held = |id: &str, uuid: &str| self.held(id, uuid);
+                match next.update_holding(&slice_id, &change, &held) {
                     Err(e) => error(e.code(), e.to_string()),
                     Ok(up) => {
                         let Some(rec) = next.slice(&slice_id) else {
@@ -212,7 +250,8 @@ impl State {
                             }
                             sched.update(&slice_id, crate::sched::params_of(&rec.request));
                         }
-                        self.admission = next;
+                        let before = std::mem::replace(&mut self.admission, next);
+                        self.rewrite_best_effort(&before, &slice_id);
                         Response::Updated {
                             slice_id,
                             devices: up.devices,
@@ -312,9 +351,10 @@ fn log_outcome(what: Option<String>, r: &Response) {
         Response::Admitted { devices, .. } => {
             let on: Vec<String> = devices
                 .iter()
-                .map(|d| match d.memory_cap {
-                    Some(c) => format!("GPU {} cap {} MiB", d.index, c >> 20),
-                    None => format!("GPU {} uncapped", d.index),
+                .map(|d| match (d.memory_cap, d.memory_best_effort) {
+                    (Some(c), _) => format!("GPU {} cap {} MiB", d.index, c >> 20),
+                    (None, Some(b)) => format!("GPU {} best effort, {} MiB now", d.index, b >> 20),
+                    (None, None) => format!("GPU {} uncapped", d.index),
                 })
                 .collect();
             tracing::info!("{what}: admitted on {}", on.join(", "));

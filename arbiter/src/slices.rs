@@ -2,6 +2,11 @@
 //! directory on admit, rewritten on update — a memory cap change is one atomic store
 //! (`LimitsWriter::set_memory_cap`), read by the interposer's next reservation, so a live resize
 //! takes effect at once — and removed with the directory on release (by the store).
+//!
+//! A best-effort slice (no cap) gets its effective cap written as its `memory_cap`
+//! (`AssignedDevice::memory_best_effort`, its share of the memory no capped slice was promised):
+//! its interposer enforces it and reports it as the total. The arbiter rewrites it
+//! ([`write_memory_caps`]) whenever a slice on the device comes, goes or changes.
 
 use gpuslice_api::{AssignedDevice, Priority, SliceStatus};
 use gpuslice_region::layout::{
@@ -15,7 +20,7 @@ fn spec_of(slice: &SliceStatus, d: &AssignedDevice) -> DeviceSpec {
     DeviceSpec {
         host_index: d.index,
         uuid: d.uuid.clone(),
-        memory_cap: d.memory_cap.unwrap_or(UNCAPPED),
+        memory_cap: effective_cap(d),
         device_total: d.memory_total,
         compute_guarantee: u32::from(r.compute.unwrap_or(0).min(100)) * 100,
         compute_limit: r
@@ -27,6 +32,12 @@ fn spec_of(slice: &SliceStatus, d: &AssignedDevice) -> DeviceSpec {
             Priority::Low => PRIORITY_LOW,
         },
     }
+}
+
+/// The cap the slice's interposer enforces on `d`: its own, else its best-effort share, else
+/// none (`overcommit_memory`).
+pub fn effective_cap(d: &AssignedDevice) -> u64 {
+    d.memory_cap.or(d.memory_best_effort).unwrap_or(UNCAPPED)
 }
 
 /// Creates the slice's `limits`, `lease` and `usage` in `dir` (which exists), unless they are
@@ -57,6 +68,16 @@ pub fn write_limits(dir: &Path, slice: &SliceStatus) -> Result<(), RegionError> 
         let spec = spec_of(slice, d);
         w.set_memory_cap(i, spec.memory_cap)?;
         w.set_device(i, &spec)?;
+    }
+    Ok(())
+}
+
+/// Rewrites only the memory caps of the slice's devices (a best-effort slice whose share
+/// changed because a neighbour came, went or changed): one atomic store each.
+pub fn write_memory_caps(dir: &Path, slice: &SliceStatus) -> Result<(), RegionError> {
+    let w = LimitsWriter::open(dir)?;
+    for (i, d) in slice.devices.iter().enumerate() {
+        w.set_memory_cap(i, effective_cap(d))?;
     }
     Ok(())
 }

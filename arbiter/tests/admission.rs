@@ -307,15 +307,27 @@ fn model_constraint_and_no_devices() {
 }
 
 #[test]
-fn uncapped_slices_take_the_whole_device_unless_overcommit() {
+fn best_effort_slices_commit_their_reserve_unless_overcommit() {
+    // 40 GiB, 512 MiB reserve: 78 capped slices of 0 B would not fit, nor does a best-effort
+    // slice once capped ones hold all but less than its reserve.
     let mut a = node(&[("GPU", 40 * GI)], Placement::Binpack);
-    a.admit("small", mem(GI), Owner::default()).unwrap();
+    a.admit("big", mem(39 * GI), Owner::default()).unwrap();
+    a.admit("be", SliceRequest::default(), Owner::default())
+        .unwrap();
+    assert_eq!(a.status().devices[0].memory_committed, 40 * GI);
+    // Nothing left to share: it runs on its context reserve alone.
+    assert_eq!(
+        a.slice("be").unwrap().devices[0].memory_best_effort,
+        Some(0)
+    );
     let e = a
-        .admit("whole", SliceRequest::default(), Owner::default())
+        .admit("be2", SliceRequest::default(), Owner::default())
         .unwrap_err();
     assert!(
-        e.to_string()
-            .contains("uncapped slice needs the whole device"),
+        e.to_string().contains(
+            "a best-effort slice (no memory cap) needs its context reserve 512Mi but only 0 is \
+             uncommitted"
+        ),
         "{e}"
     );
 
@@ -332,6 +344,8 @@ fn uncapped_slices_take_the_whole_device_unless_overcommit() {
     o.admit("b", mem(30 * GI), Owner::default()).unwrap();
     o.admit("c", SliceRequest::default(), Owner::default())
         .unwrap();
+    // Overcommitted memory has no pool to split: best-effort slices stay unbounded.
+    assert_eq!(o.slice("c").unwrap().devices[0].memory_best_effort, None);
     // Compute guarantees are never overcommitted.
     o.admit(
         "g",
@@ -632,4 +646,202 @@ fn dra_only_admits_the_kubelet_plugins_slices_and_refuses_the_rest() {
     // Off (the default): the same admits go through.
     let mut open = node(&[("NVIDIA H100", 80 * GI)], Placement::Binpack);
     open.admit("a1b2c3", mem(GI), Owner::default()).unwrap();
+}
+
+/// A best-effort request: a guarantee, no memory.
+fn compute_only(pct: u8) -> SliceRequest {
+    SliceRequest {
+        compute: Some(pct),
+        ..Default::default()
+    }
+}
+
+fn best_effort_of(a: &Admission, id: &str) -> (Option<u64>, Option<u64>) {
+    let d = &a.slice(id).unwrap().devices[0];
+    (d.memory_cap, d.memory_best_effort)
+}
+
+#[test]
+fn two_compute_only_slices_share_the_pool_beside_a_capped_one() {
+    let mut a = node(&[("GPU", 40 * GI)], Placement::Binpack);
+    let r = a.policy().reserve();
+    assert_eq!(r, 512 * MI);
+    a.admit("capped", mem(4 * GI), Owner::default()).unwrap();
+    let got = a.admit("c30", compute_only(30), Owner::default()).unwrap();
+    // Alone, it gets everything no one was promised.
+    assert_eq!(
+        got.devices[0].memory_best_effort,
+        Some(40 * GI - 4 * GI - r - r)
+    );
+    a.admit("c70", compute_only(70), Owner::default()).unwrap();
+    let share = (40 * GI - (4 * GI + r) - 2 * r) / 2;
+    assert_eq!(best_effort_of(&a, "c30"), (None, Some(share)));
+    assert_eq!(best_effort_of(&a, "c70"), (None, Some(share)));
+    // The capped neighbour's promise is untouched, and is all it is told.
+    assert_eq!(best_effort_of(&a, "capped"), (Some(4 * GI), None));
+    let st = a.status();
+    assert_eq!(st.devices[0].memory_committed, 4 * GI + 3 * r);
+    assert_eq!(st.devices[0].compute_guaranteed, 100);
+    // The figures are what status reports too.
+    let c70 = st.slices.iter().find(|s| s.slice_id == "c70").unwrap();
+    assert_eq!(c70.devices[0].memory_best_effort, Some(share));
+    // The promise plus both shares and reserves never exceed the device.
+    assert!(4 * GI + r + 2 * (share + r) <= 40 * GI);
+
+    // One leaves: the other gets the whole pool.
+    a.release("c70").unwrap();
+    assert_eq!(
+        best_effort_of(&a, "c30"),
+        (None, Some(40 * GI - 4 * GI - 2 * r))
+    );
+    // The capped one leaves too: the whole device less its own reserve.
+    a.release("capped").unwrap();
+    assert_eq!(best_effort_of(&a, "c30"), (None, Some(40 * GI - r)));
+    // It takes a cap by update: no longer best effort.
+    a.update(
+        "c30",
+        &Change {
+            memory: Some(MemoryRequest::Bytes(GI)),
+            ..Change::default()
+        },
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    assert_eq!(best_effort_of(&a, "c30"), (Some(GI), None));
+}
+
+#[test]
+fn a_capped_admit_never_squeezes_a_best_effort_slice_below_what_it_holds() {
+    let mut a = node(&[("GPU", 40 * GI)], Placement::Binpack);
+    let r = a.policy().reserve();
+    a.admit("be", compute_only(30), Owner::default()).unwrap();
+    assert_eq!(best_effort_of(&a, "be"), (None, Some(40 * GI - r)));
+    let holds = |id: &str, _: &str| if id == "be" { 30 * GI } else { 0 };
+
+    // 10 GiB + reserve would leave it 29 GiB: refused, naming it and what it holds.
+    let before = a.status();
+    let e = a
+        .admit_holding("cap10", mem(10 * GI), Owner::default(), &holds)
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(
+            "it would leave best-effort slice(s) \"be\" (holding 30Gi) an effective cap of 29Gi \
+             each, below what they hold"
+        ),
+        "{msg}"
+    );
+    assert!(
+        matches!(&refusal(e), Refusal::NotEnoughDevices { devices, .. }
+            if matches!(devices[0].failed[..], [Constraint::BestEffortHeld { share, .. }] if share == 29 * GI)),
+        "{msg}"
+    );
+    assert_eq!(a.status(), before, "a refusal changes nothing");
+    // Listed explicitly: the same reason.
+    let e = a
+        .admit_holding(
+            "cap10",
+            SliceRequest {
+                devices: DeviceSelector::List(vec![DeviceRef::Index(0)]),
+                ..mem(10 * GI)
+            },
+            Owner::default(),
+            &holds,
+        )
+        .unwrap_err();
+    assert!(matches!(refusal(e), Refusal::ListedDeviceFull(_)));
+
+    // 9 GiB leaves exactly 30 GiB: admitted, and the best-effort cap shrinks to it.
+    a.admit_holding("cap9", mem(9 * GI), Owner::default(), &holds)
+        .unwrap();
+    assert_eq!(best_effort_of(&a, "be"), (None, Some(30 * GI)));
+    assert_eq!(best_effort_of(&a, "cap9"), (Some(9 * GI), None));
+
+    // Raising the cap by update is held to the same rule…
+    let grow = Change {
+        memory: Some(MemoryRequest::Bytes(10 * GI)),
+        ..Change::default()
+    };
+    let e = a.update_holding("cap9", &grow, &holds).unwrap_err();
+    assert!(
+        matches!(&e, AdmitError::Refused { refusal: Refusal::UpdateDoesNotFit(d), .. }
+            if matches!(d.failed[..], [Constraint::BestEffortHeld { .. }])),
+        "{e}"
+    );
+    assert_eq!(best_effort_of(&a, "cap9"), (Some(9 * GI), None));
+    // …and so is a second best-effort slice (it would halve the share).
+    let e = a
+        .admit_holding("be2", compute_only(10), Owner::default(), &holds)
+        .unwrap_err();
+    assert!(e.to_string().contains("\"be\" (holding 30Gi)"), "{e}");
+    // An update that lowers nothing (a priority) is not held to it.
+    a.update_holding(
+        "cap9",
+        &Change {
+            priority: Some(Priority::High),
+            ..Change::default()
+        },
+        &holds,
+    )
+    .unwrap();
+
+    // Once it holds less, the same requests fit.
+    let less = |_: &str, _: &str| 2 * GI;
+    a.update_holding("cap9", &grow, &less).unwrap();
+    assert_eq!(best_effort_of(&a, "be"), (None, Some(29 * GI)));
+    a.admit_holding("be2", compute_only(10), Owner::default(), &less)
+        .unwrap();
+    let share = (40 * GI - (10 * GI + r) - 2 * r) / 2;
+    assert_eq!(best_effort_of(&a, "be"), (None, Some(share)));
+    assert_eq!(best_effort_of(&a, "be2"), (None, Some(share)));
+}
+
+#[test]
+fn a_capped_slice_goes_where_it_squeezes_no_one() {
+    // Bin-pack would put it on device 0 (less left there), but the best-effort slice there
+    // holds what that would take away.
+    let mut a = node(&[("GPU", 40 * GI), ("GPU", 80 * GI)], Placement::Binpack);
+    a.admit(
+        "be",
+        SliceRequest {
+            devices: DeviceSelector::List(vec![DeviceRef::Index(0)]),
+            ..Default::default()
+        },
+        Owner::default(),
+    )
+    .unwrap();
+    let holds = |id: &str, _: &str| if id == "be" { 35 * GI } else { 0 };
+    a.admit_holding("c", mem(8 * GI), Owner::default(), &holds)
+        .unwrap();
+    assert_eq!(placed_on(&a, "c"), vec![1]);
+    a.admit("d", mem(8 * GI), Owner::default()).unwrap();
+    assert_eq!(
+        placed_on(&a, "d"),
+        vec![0],
+        "nothing held: bin-pack as usual"
+    );
+}
+
+#[test]
+fn restore_recomputes_best_effort_caps() {
+    let devs = StaticInventory::fake(&[("GPU", 40 * GI)])
+        .devices()
+        .unwrap();
+    let mut a = Admission::new(devs.clone(), Policy::default());
+    let r = a.policy().reserve();
+    a.admit("be", compute_only(30), Owner::default()).unwrap();
+    a.admit("cap", mem(8 * GI), Owner::default()).unwrap();
+    // The record of "be" on disk was saved when it was alone (a stale, larger figure).
+    let mut records: Vec<_> = a.slices().cloned().collect();
+    records[0].devices[0].memory_best_effort = Some(40 * GI - r);
+    let mut b = Admission::new(devs, Policy::default());
+    for rec in records {
+        assert!(b.restore(rec).unwrap().is_empty());
+    }
+    assert_eq!(
+        best_effort_of(&b, "be"),
+        (None, Some(40 * GI - 8 * GI - 2 * r))
+    );
+    // A restored capped record claiming a best-effort figure does not keep it.
+    assert_eq!(best_effort_of(&b, "cap"), (Some(8 * GI), None));
 }

@@ -83,6 +83,7 @@ fn slice(id: &str, cap_mi: Option<u64>, owner: Owner) -> SliceStatus {
             name: "sim".into(),
             memory_total: 80 << 30,
             memory_cap: cap_mi.map(|m| m * MI),
+            memory_best_effort: None,
         }],
     }
 }
@@ -264,6 +265,33 @@ fn reused_owner_pid_and_uncapped_slices_are_not_judged() {
     assert!(b.tick(&slices, None).is_empty());
     assert!(b.host().killed.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_best_effort_slice_is_judged_against_its_effective_cap() {
+    let (mut gpu, host, mut slices) = node();
+    // "run" has no cap: its share of the device's best-effort pool is 1 GiB.
+    slices[1].devices[0].memory_cap = None;
+    slices[1].devices[0].memory_best_effort = Some(1024 * MI);
+    // 102 holds 1400 MiB > 1024 + 300 allowance: over; box's 201 is within its cap.
+    gpu.procs.insert(0, vec![used(102, 1400), used(201, 500)]);
+    let mut b = Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    );
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0].slice_id, "run");
+    assert!(
+        ev[0]
+            .message
+            .contains("memory 1.37 GiB > cap 1 GiB + context allowance 300 MiB"),
+        "{}",
+        ev[0].message
+    );
+    assert_eq!(b.host().killed, vec![(102, 5002)]);
 }
 
 #[test]

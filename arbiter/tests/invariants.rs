@@ -64,10 +64,8 @@ fn recount(a: &Admission) -> Vec<(u64, u32)> {
             let mut cpu = 0u32;
             for s in a.slices() {
                 for x in s.devices.iter().filter(|x| x.uuid == d.uuid) {
-                    mem += match x.memory_cap {
-                        Some(c) => c + p.context_reserve * u64::from(p.processes_per_slice),
-                        None => d.memory_total,
-                    };
+                    let reserve = p.context_reserve * u64::from(p.processes_per_slice);
+                    mem += x.memory_cap.unwrap_or(0) + reserve;
                     cpu += u32::from(s.request.compute.unwrap_or(0));
                 }
             }
@@ -91,6 +89,23 @@ fn check_invariants(a: &Admission, overcommit: bool) {
         }
         assert_eq!(st.memory_committed, mem);
         assert_eq!(st.compute_guaranteed, cpu);
+        // Best-effort slices split what no one was promised, equally; capped ones get no share.
+        let here: Vec<_> = a
+            .slices()
+            .flat_map(|s| s.devices.iter().filter(|x| x.uuid == d.uuid))
+            .collect();
+        let be = here.iter().filter(|x| x.memory_cap.is_none()).count() as u64;
+        for x in &here {
+            let want = match (x.memory_cap, overcommit) {
+                (None, false) => Some(d.memory_total.saturating_sub(mem) / be),
+                _ => None,
+            };
+            assert_eq!(x.memory_best_effort, want, "device {}", d.index);
+        }
+        if !overcommit && be > 0 {
+            let share = d.memory_total.saturating_sub(mem) / be;
+            assert!(mem + be * share <= d.memory_total);
+        }
     }
     for s in a.slices() {
         // Each slice sits on distinct devices, as many as it asked for.

@@ -262,6 +262,7 @@ fn achieved_shares_come_from_the_status_reply() {
             uuid: "GPU-aaaa".into(),
             name: "NVIDIA H100 80GB HBM3".into(),
             memory_cap: None,
+            memory_best_effort: None,
             memory_total: 80 * GI,
         }).unwrap()],
     }))
@@ -309,6 +310,7 @@ fn strikes_come_from_the_status_reply() {
             uuid: "GPU-aaaa".into(),
             name: "NVIDIA H100 80GB HBM3".into(),
             memory_cap: None,
+            memory_best_effort: None,
             memory_total: 80 * GI,
         }],
     };

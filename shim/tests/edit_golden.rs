@@ -20,6 +20,7 @@ fn plan() -> Plan {
             name: "NVIDIA H100".into(),
             memory_total: 80 << 30,
             memory_cap: Some(1 << 30),
+            memory_best_effort: None,
         }],
         device_nodes: vec![
             DeviceNode {
