@@ -3,6 +3,7 @@
 //! SIGKILL and restart; the control protocol, `gpuslice status --json`, the slices' `usage`
 //! files and the simulator's ground truth.
 
+use crate::Tenant;
 use anyhow::{bail, Context, Result};
 use gpuslice_region::{Limits, Usage};
 use gpuslice_sim_core::{Node as SimNode, SimConfig};
@@ -14,6 +15,28 @@ use std::time::{Duration, Instant};
 
 /// The simulated device: one 8 GiB GPU, no per-context memory (so usage sums are exact).
 pub const SIM_DEVICES: &str = "name=Trial GPU 8G,mem=8Gi,sms=16,cc=9.0";
+
+/// What a trial's node simulates and how its arbiter admits: [`NodeConfig::default`] is the
+/// node of most trials ([`SIM_DEVICES`], contexts cost nothing, a 16 MiB context reserve).
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// `GPUSLICE_SIM_DEVICES`.
+    pub devices: String,
+    /// `GPUSLICE_SIM_CTX_OVERHEAD`: device memory each process's context costs in the simulator.
+    pub ctx_overhead: String,
+    /// The arbiter's `[admission]` table (TOML lines).
+    pub admission: String,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            devices: SIM_DEVICES.into(),
+            ctx_overhead: "0".into(),
+            admission: "context_reserve = \"16Mi\"\n".into(),
+        }
+    }
+}
 
 /// The target directory the trial's binaries were built into (`target/<profile>`).
 pub fn profile_dir() -> PathBuf {
@@ -33,13 +56,20 @@ pub struct Node {
     pub dir: PathBuf,
     /// The arbiter's state directory.
     pub state: PathBuf,
+    /// What it simulates and how its arbiter admits.
+    pub config: NodeConfig,
     arbiter: Option<Child>,
     sim: SimNode,
 }
 
 impl Node {
-    /// Starts a node; `tag` names its scratch directory.
+    /// Starts a node with [`NodeConfig::default`]; `tag` names its scratch directory.
     pub fn start(tag: &str) -> Result<Node> {
+        Node::start_with(tag, NodeConfig::default())
+    }
+
+    /// Starts a node simulating and admitting as `config` says.
+    pub fn start_with(tag: &str, config: NodeConfig) -> Result<Node> {
         let prof = profile_dir();
         for f in [
             "libcuda.so",
@@ -71,25 +101,16 @@ impl Node {
         std::fs::write(
             dir.join("config.toml"),
             format!(
-                "interposer = \"{}\"\n[metrics]\nenabled = false\n\
-                 [admission]\ncontext_reserve = \"16Mi\"\n",
-                prof.join("libgpuslice.so").display()
+                "interposer = \"{}\"\n[metrics]\nenabled = false\n[admission]\n{}",
+                prof.join("libgpuslice.so").display(),
+                config.admission
             ),
         )?;
-        let sim_state = dir.join("sim.state");
-        let sim = SimNode::open(
-            SimConfig::from_lookup(|k| match k {
-                "GPUSLICE_SIM_DEVICES" => Some(SIM_DEVICES.into()),
-                "GPUSLICE_SIM_STATE" => Some(sim_state.display().to_string()),
-                "GPUSLICE_SIM_CTX_OVERHEAD" => Some("0".into()),
-                _ => None,
-            })
-            .context("simulator configuration")?,
-        )
-        .context("opening the simulator's state")?;
+        let sim = open_sim(&dir, &config)?;
         let mut n = Node {
             state: dir.join("state"),
             dir,
+            config,
             arbiter: None,
             sim,
         };
@@ -101,8 +122,8 @@ impl Node {
     pub fn env(&self, c: &mut Command) {
         c.env("LD_LIBRARY_PATH", self.dir.join("lib"))
             .env("GPUSLICE_SIM_STATE", self.dir.join("sim.state"))
-            .env("GPUSLICE_SIM_DEVICES", SIM_DEVICES)
-            .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env("GPUSLICE_SIM_DEVICES", &self.config.devices)
+            .env("GPUSLICE_SIM_CTX_OVERHEAD", &self.config.ctx_overhead)
             .env("GPUSLICE_STATE_DIR", &self.state)
             .env("GPUSLICE_CONFIG", self.dir.join("config.toml"))
             .env_remove("LD_PRELOAD")
@@ -218,6 +239,27 @@ impl Node {
         self.state.join(id)
     }
 
+    /// Starts `exe args` as the owner of a new slice `id` (admitted with `request`, JSON
+    /// members), as `gpuslice run` and containers own theirs: a shell waits on its stdin, the
+    /// slice is admitted with that pid as its owner, and the shell execs `exe` (same pid, same
+    /// start time) under the interposer once the trial sends it a `go` line. So the backstop can
+    /// tell this slice from the others.
+    pub fn spawn_owner(&self, id: &str, request: &str, exe: &Path, args: &[&str]) -> Tenant {
+        // The slice directory does not exist yet; the tenant opens it after the exec.
+        let mut c = self.tenant_command(Path::new("/bin/sh"), &self.state.join(id));
+        c.arg("-c")
+            .arg("read go && exec \"$0\" \"$@\"")
+            .arg(exe)
+            .args(args);
+        let t = Tenant::spawn(c).expect("tenant");
+        self.req(&format!(
+            "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request}}},\
+             \"owner\":{{\"pid\":{}}}",
+            t.pid()
+        ));
+        t
+    }
+
     /// The arbiter's `status` reply.
     pub fn status(&self) -> serde_json::Value {
         self.req("\"op\":\"status\"")
@@ -286,6 +328,11 @@ impl Node {
         out
     }
 
+    /// A second handle on the simulator's state, for a sampler thread of the trial.
+    pub fn sim_reader(&self) -> Result<SimNode> {
+        open_sim(&self.dir, &self.config)
+    }
+
     /// The simulator's ground truth: bytes in use on device 0 by live processes.
     pub fn sim_used(&self) -> u64 {
         self.sim.mem_used(0)
@@ -308,6 +355,21 @@ impl Node {
             .env("GPUSLICE_SLICE_DIR", slice);
         c
     }
+}
+
+/// Opens the simulator's state of the node in `dir` (the test's own view of the ground truth).
+fn open_sim(dir: &Path, config: &NodeConfig) -> Result<SimNode> {
+    let sim_state = dir.join("sim.state");
+    SimNode::open(
+        SimConfig::from_lookup(|k| match k {
+            "GPUSLICE_SIM_DEVICES" => Some(config.devices.clone()),
+            "GPUSLICE_SIM_STATE" => Some(sim_state.display().to_string()),
+            "GPUSLICE_SIM_CTX_OVERHEAD" => Some(config.ctx_overhead.clone()),
+            _ => None,
+        })
+        .context("simulator configuration")?,
+    )
+    .context("opening the simulator's state")
 }
 
 impl Drop for Node {

@@ -2,9 +2,9 @@
 //! at 30/70 for 10 s (nothing bypasses the interposer, nothing is hostile) must leave no
 //! backstop action in the arbiter's log.
 //!
-//! Each slice is owned by its own tenant process, as `gpuslice run` and containers are: the
-//! tenant is spawned as a shell that waits on its stdin, the slice is admitted with that pid as
-//! its owner, and then the shell execs the workload (same pid, same start time). Two slices
+//! Each slice is owned by its own tenant process, as `gpuslice run` and containers are
+//! (`Node::spawn_owner`: a shell waits on its stdin, the slice is admitted with that pid as its
+//! owner, then the shell execs the workload — same pid, same start time). Two slices
 //! owned by one process cannot be told apart from the host, and the backstop leaves such
 //! processes unchecked (`docs/threat-model.md`); the first version of this test admitted both
 //! slices for the test process, and the backstop then charged slice `a` with both tenants'
@@ -12,7 +12,6 @@
 
 use gpuslice_reliability::node::profile_dir;
 use gpuslice_reliability::{field, Node, Tenant};
-use std::path::Path;
 use std::time::Duration;
 
 #[test]
@@ -21,21 +20,10 @@ fn honest_tenants_are_never_flagged() {
     let w = profile_dir().join("gpuslice-workload");
     let mut ts: Vec<(String, Tenant)> = Vec::new();
     for (id, compute) in [("a", 30), ("b", 70)] {
-        let dir = n.state.join(id);
-        // The slice directory does not exist yet; the workload opens it after the exec.
-        let mut c = n.tenant_command(Path::new("/bin/sh"), &dir);
-        c.arg("-c")
-            .arg("read go && exec \"$0\" \"$@\"")
-            .arg(&w)
-            .args(["--via", "dlsym", "saturate", "--kernel-us", "1000"])
-            .args(["--depth", "2", "--seconds", "10"]);
-        let t = Tenant::spawn(c).expect("tenant");
-        let owner = t.pid();
-        n.req(&format!(
-            "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{\"memory\":\"512Mi\",\
-             \"compute\":{compute}}},\"owner\":{{\"pid\":{owner}}}"
-        ));
-        ts.push((id.to_string(), t));
+        let request = format!("\"memory\":\"512Mi\",\"compute\":{compute}");
+        let args = ["--via", "dlsym", "saturate", "--kernel-us", "1000"];
+        let args = [&args[..], &["--depth", "2", "--seconds", "10"]].concat();
+        ts.push((id.to_string(), n.spawn_owner(id, &request, &w, &args)));
     }
     for (_, t) in ts.iter_mut() {
         t.send("go").expect("start the tenant");

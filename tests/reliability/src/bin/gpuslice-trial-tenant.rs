@@ -9,11 +9,21 @@
 //!   CLOCK_MONOTONIC stamps the test compares with arbiter restarts.
 //! * `scribble`: writes random bytes (or zeros over the device totals) into a slice's writable
 //!   `usage` file for a time — the hostile tenant. Needs no driver.
+//! * `rounds`: the honest tenant of the fork-wave trial: allocates until refused, reports how
+//!   much it got (`round=`), frees everything, again, until a line on stdin; then `done` and
+//!   it exits when its stdin closes.
+//! * `forker`: the forking tenant of that trial: waves of up to `--max-procs` `hog` children
+//!   (fork/exec of this binary), some SIGKILLed at random moments mid-wave; one `wave=` line
+//!   per wave, a `waves=` summary, then it waits for a line on stdin. Makes no driver call.
+//! * `hog`: one child of a wave: creates its context (reports `ctx=refused` if that is refused
+//!   with `CUDA_ERROR_OUT_OF_MEMORY`), allocates random chunks up to a random amount or a
+//!   refusal, reports, holds it until its stdin closes, then exits without freeing (the driver
+//!   frees at exit) or after freeing.
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use gpuslice_cuda_abi::result::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
-use gpuslice_reliability::{mono_ns, Rng};
+use gpuslice_reliability::{field, mono_ns, Rng};
 use gpuslice_workloads::driver;
 use gpuslice_workloads::session::Session;
 use std::io::{BufRead, Write};
@@ -70,6 +80,44 @@ enum Cmd {
         #[arg(long, default_value_t = 7)]
         seed: u64,
     },
+    /// Allocate to a refusal, report, free, again — until a line on stdin.
+    Rounds {
+        /// First chunk size; halved at each refusal down to 1 MiB.
+        #[arg(long, default_value_t = 256)]
+        chunk_mib: u64,
+        /// Time holding the full amount before freeing it.
+        #[arg(long, default_value_t = 2)]
+        hold_ms: u64,
+    },
+    /// Waves of `hog` children for `seconds`.
+    Forker {
+        #[arg(long, default_value_t = 60.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 32)]
+        max_procs: u64,
+        /// Largest amount one child tries to hold.
+        #[arg(long, default_value_t = 2048)]
+        max_mib: u64,
+        /// Children SIGKILLed per wave, in percent (each at a random 0–40 ms after the spawns).
+        #[arg(long, default_value_t = 25)]
+        kill_pct: u64,
+        /// Passed to every child (see `hog`).
+        #[arg(long, default_value_t = 0)]
+        linger_ms: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// One child of a wave (see the module comment).
+    Hog {
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 2048)]
+        max_mib: u64,
+        /// Lingers this long in an exit handler that runs after the interposer's own (a slow
+        /// destructor, a flush): the process and its context live on.
+        #[arg(long, default_value_t = 0)]
+        linger_ms: u64,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,6 +152,27 @@ fn main() -> Result<()> {
             mode,
             seed,
         } => scribble(&dir, seconds, mode, seed),
+        Cmd::Rounds { chunk_mib, hold_ms } => rounds(chunk_mib.max(1), hold_ms),
+        Cmd::Forker {
+            seconds,
+            max_procs,
+            max_mib,
+            kill_pct,
+            linger_ms,
+            seed,
+        } => forker(
+            seconds,
+            max_procs.max(1),
+            max_mib,
+            kill_pct,
+            linger_ms,
+            seed,
+        ),
+        Cmd::Hog {
+            seed,
+            max_mib,
+            linger_ms,
+        } => hog(seed, max_mib, linger_ms),
     }
 }
 
@@ -297,5 +366,229 @@ fn scribble(dir: &std::path::Path, seconds: f64, mode: Mode, seed: u64) -> Resul
         bytes += n as u64;
     }
     say(&format!("writes={writes} bytes={bytes}"));
+    Ok(())
+}
+
+fn rounds(chunk_mib: u64, hold_ms: u64) -> Result<()> {
+    let s = session()?;
+    let lines = stdin_lines();
+    say(&format!("ready pid={}", std::process::id()));
+    let mut round = 0u64;
+    while let Err(mpsc::TryRecvError::Empty) = lines.try_recv() {
+        let (mut held, mut bytes, mut chunk) = (Vec::new(), 0u64, chunk_mib * MIB);
+        let t0 = mono_ns();
+        let last = loop {
+            let (r, p) = s.try_alloc(chunk);
+            match r {
+                CUDA_SUCCESS => {
+                    held.push(p);
+                    bytes += chunk;
+                }
+                CUDA_ERROR_OUT_OF_MEMORY if chunk > MIB => chunk /= 2,
+                r => break r,
+            }
+        };
+        say(&format!(
+            "round={round} bytes={bytes} err={} t_ns={t0}",
+            s.drv.error_name(last)
+        ));
+        std::thread::sleep(Duration::from_millis(hold_ms));
+        for p in held {
+            s.free(p)?;
+        }
+        round += 1;
+    }
+    say(&format!("done rounds={round}"));
+    // Holding only its context until its stdin closes (the trial reads the slice's usage).
+    let _ = lines.recv();
+    Ok(())
+}
+
+/// One child of a wave, as the forker sees it.
+struct Child {
+    proc: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    killed: bool,
+}
+
+/// Waits for the children of a wave; returns how many were killed by someone else than the
+/// forker (the backstop).
+fn reap(kids: Vec<Child>) -> Result<u64> {
+    let mut lost = 0;
+    for mut c in kids {
+        let st = c.proc.wait()?;
+        if !c.killed && !st.success() {
+            if std::os::unix::process::ExitStatusExt::signal(&st).is_none() {
+                bail!("hog {} failed: {st}", c.proc.id());
+            }
+            lost += 1;
+        }
+    }
+    Ok(lost)
+}
+
+fn forker(
+    seconds: f64,
+    max_procs: u64,
+    max_mib: u64,
+    kill_pct: u64,
+    linger_ms: u64,
+    seed: u64,
+) -> Result<()> {
+    use std::io::BufRead as _;
+    let exe = std::env::current_exe()?;
+    let mut rng = Rng::new(seed);
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    say(&format!("ready pid={}", std::process::id()));
+    let mut totals = [0u64; 6];
+    let (mut wave, mut prev) = (0u64, Vec::new());
+    while Instant::now() < deadline {
+        // Every fourth wave (the first included) is a full one.
+        let k = if wave.is_multiple_of(4) {
+            max_procs
+        } else {
+            1 + rng.below(max_procs)
+        };
+        let t0 = Instant::now();
+        let mut kids = Vec::new();
+        for _ in 0..k {
+            let mut proc = std::process::Command::new(&exe)
+                .args(["hog", "--seed", &rng.next().to_string()])
+                .args(["--max-mib", &max_mib.to_string()])
+                .args(["--linger-ms", &linger_ms.to_string()])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .context("spawning a hog")?;
+            let out = std::io::BufReader::new(proc.stdout.take().context("hog stdout")?);
+            kids.push(Child {
+                proc,
+                out,
+                killed: false,
+            });
+        }
+        // SIGKILLs at random moments: during start-up, context creation, allocation or holding.
+        let mut plan: Vec<(u64, usize)> = (0..kids.len())
+            .map(|i| (rng.below(100) < kill_pct, rng.below(40_000), i))
+            .filter(|k| k.0)
+            .map(|(_, at, i)| (at, i))
+            .collect();
+        plan.sort();
+        for (at_us, i) in plan {
+            let at = Duration::from_micros(at_us);
+            if let Some(d) = at.checked_sub(t0.elapsed()) {
+                std::thread::sleep(d);
+            }
+            kids[i].proc.kill()?;
+            kids[i].killed = true;
+        }
+        // The others report; then all hold together until their stdin closes.
+        let (mut ok, mut refused, mut ooms, mut held) = (0u64, 0u64, 0u64, 0u64);
+        for c in kids.iter_mut().filter(|c| !c.killed) {
+            let mut line = String::new();
+            c.out.read_line(&mut line)?;
+            if line.is_empty() {
+                // Killed by someone else before it reported: counted below.
+            } else if line.starts_with("ctx=refused") {
+                refused += 1;
+            } else if line.starts_with("ctx=ok") {
+                ok += 1;
+                held += field(&line, "held").unwrap_or(0);
+                ooms += field(&line, "ooms").unwrap_or(0);
+            } else {
+                bail!("hog {} reported {line:?}", c.proc.id());
+            }
+        }
+        let killed = kids.iter().filter(|c| c.killed).count() as u64;
+        // This wave's children exit while the next one starts (waves overlap, as restarting
+        // workers do); the previous wave's are reaped now.
+        for c in kids.iter_mut() {
+            drop(c.proc.stdin.take());
+        }
+        let lost = reap(std::mem::replace(&mut prev, kids))?;
+        say(&format!(
+            "wave={wave} procs={k} ctx_ok={ok} ctx_refused={refused} alloc_ooms={ooms} \
+             killed={killed} lost={lost} held={held} ms={}",
+            t0.elapsed().as_millis()
+        ));
+        for (t, v) in totals.iter_mut().zip([k, ok, refused, ooms, killed, lost]) {
+            *t += v;
+        }
+        wave += 1;
+    }
+    totals[5] += reap(prev)?;
+    let [procs, ok, refused, ooms, killed, lost] = totals;
+    say(&format!(
+        "waves={wave} procs={procs} ctx_ok={ok} ctx_refused={refused} alloc_ooms={ooms} \
+         killed={killed} lost={lost}"
+    ));
+    // Its slice lives as long as it does: the trial checks what is left, then lets it go.
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    Ok(())
+}
+
+static LINGER_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn linger() {
+    std::thread::sleep(Duration::from_millis(LINGER_MS.load(Ordering::Relaxed)));
+}
+
+fn hog(seed: u64, max_mib: u64, linger_ms: u64) -> Result<()> {
+    if linger_ms > 0 {
+        LINGER_MS.store(linger_ms, Ordering::Relaxed);
+        // Registered before the interposer's handler (at its first driver call), so it runs
+        // after it: exit handlers run in reverse order.
+        // SAFETY: registering a plain extern "C" handler that only sleeps.
+        unsafe { libc::atexit(linger) };
+    }
+    let drv = driver::load_dlsym()?;
+    let mut rng = Rng::new(seed);
+    // SAFETY: cuInit takes flags by value.
+    drv.check("cuInit", unsafe { (drv.init)(0) })?;
+    let mut dev = 0;
+    // SAFETY: valid out-pointer to a local.
+    drv.check("cuDeviceGet", unsafe { (drv.device_get)(&mut dev, 0) })?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; `dev` came from cuDeviceGet.
+    match unsafe { (drv.primary_ctx_retain)(&mut ctx, dev) } {
+        CUDA_SUCCESS => {}
+        CUDA_ERROR_OUT_OF_MEMORY => {
+            say("ctx=refused");
+            return Ok(());
+        }
+        r => bail!("cuDevicePrimaryCtxRetain: {}", drv.error_name(r)),
+    }
+    // SAFETY: `ctx` is the primary context just retained.
+    drv.check("cuCtxSetCurrent", unsafe { (drv.ctx_set_current)(ctx) })?;
+    let target = rng.below(max_mib + 1) * MIB;
+    let (mut held, mut bytes, mut ooms) = (Vec::new(), 0u64, 0u64);
+    while bytes < target {
+        let chunk = (MIB * (1 + rng.below(128))).min(target - bytes);
+        let mut p = 0;
+        // SAFETY: valid out-pointer to a local.
+        match unsafe { (drv.mem_alloc)(&mut p, chunk as usize) } {
+            CUDA_SUCCESS => {
+                held.push(p);
+                bytes += chunk;
+            }
+            CUDA_ERROR_OUT_OF_MEMORY => {
+                ooms += 1;
+                break;
+            }
+            r => bail!("cuMemAlloc({chunk}): {}", drv.error_name(r)),
+        }
+    }
+    say(&format!("ctx=ok held={bytes} ooms={ooms}"));
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    // Half exit holding their memory and context (the driver frees them at exit), half free
+    // their allocations first.
+    if seed.is_multiple_of(2) {
+        for p in held {
+            // SAFETY: `p` came from cuMemAlloc and is freed once.
+            drv.check("cuMemFree", unsafe { (drv.mem_free)(p) })?;
+        }
+    }
     Ok(())
 }
