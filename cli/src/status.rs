@@ -21,6 +21,11 @@ pub struct SliceRow {
     pub slice_id: String,
     /// Cap on this device, bytes (`None` = uncapped).
     pub memory_cap: Option<u64>,
+    /// Without a cap: its best-effort share of the memory no capped slice was promised, bytes,
+    /// as the arbiter wrote it into its limits (`None`: capped, or unbounded under
+    /// `overcommit_memory`, or an older arbiter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_best_effort: Option<u64>,
     /// Bytes its live processes hold on this device (`None` = no usage file readable).
     pub memory_used: Option<u64>,
     /// Guaranteed share, percent (`None` = best effort).
@@ -136,6 +141,7 @@ impl StatusView {
                 dev.slices.push(SliceRow {
                     slice_id: s.slice_id.clone(),
                     memory_cap: a.memory_cap,
+                    memory_best_effort: a.memory_best_effort,
                     memory_used: m.as_ref().and_then(|(u, _)| u.get(i).copied()),
                     compute_guaranteed: s.request.compute,
                     compute_limit: s.request.limit(),
@@ -194,7 +200,11 @@ impl StatusView {
             for s in &d.slices {
                 rows.push([
                     short_id(&s.slice_id).to_string(),
-                    s.memory_cap.map_or("none".into(), bytes),
+                    match (s.memory_cap, s.memory_best_effort) {
+                        (Some(c), _) => bytes(c),
+                        (None, Some(b)) => format!("be {}", bytes(b)),
+                        (None, None) => "none".into(),
+                    },
                     s.memory_used.map_or("n/a".into(), bytes),
                     s.compute_guaranteed.map_or("-".into(), |g| format!("{g}%")),
                     format!("{}%", s.compute_limit),

@@ -292,3 +292,119 @@ if true >> "$d/usage"; then echo usage=writable; fi
     // The host's view is unchanged.
     assert!(state.join("arbiter.sock").exists());
 }
+
+/// Issue 14 item 3: two compute-only `gpuslice run --compute N` slices run beside a capped one
+/// on one 8 GiB device. Each is told (`cuMemGetInfo` total) and held to its share of what the
+/// capped slice was not promised, and the capped neighbour still gets its whole cap while both
+/// hold all of theirs.
+#[test]
+fn compute_only_slices_share_what_no_capped_slice_was_promised() {
+    let n = Node::start("be");
+    let w = workload();
+    const MI: u64 = 1 << 20;
+    let reserve = 16 * MI; // config: context_reserve 16Mi × 1 process
+    let share = (8 * GI - (2 * GI + reserve) - 2 * reserve) / 2;
+
+    // The capped slice is admitted first and waits for `go` before filling its cap.
+    let capped = n
+        .gpuslice(&[
+            "run",
+            "--memory",
+            "2Gi",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "while [ ! -e go ]; do sleep 0.05; done; exec {w} --via dlsym fill --chunk 256Mi"
+            ),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let slices = |n: &Node| {
+        n.status()["devices"][0]["slices"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    wait_for("the capped slice", Duration::from_secs(20), || {
+        slices(&n).len() == 1
+    });
+    // Both compute-only slices are admitted before either asks what it has.
+    let be = |name: &str, compute: &str| {
+        let script = format!(
+            "while [ ! -e go-be ]; do sleep 0.05; done; {w} --via dlsym info > {name}.info && \
+             exec {w} --via dlsym fill --chunk 8Mi --hold-ms 5000 > {name}.fill"
+        );
+        n.gpuslice(&["run", "--compute", compute, "--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (b30, b70) = (be("c30", "30"), be("c70", "70"));
+    wait_for("three slices", Duration::from_secs(20), || {
+        slices(&n).len() == 3
+    });
+    let st = slices(&n);
+    let mut caps: Vec<(Option<u64>, Option<u64>, Option<u64>)> = st
+        .iter()
+        .map(|s| {
+            (
+                s["compute_guaranteed"].as_u64(),
+                s["memory_cap"].as_u64(),
+                s["memory_best_effort"].as_u64(),
+            )
+        })
+        .collect();
+    caps.sort();
+    assert_eq!(
+        caps,
+        vec![
+            (None, Some(2 * GI), None),
+            (Some(30), None, Some(share)),
+            (Some(70), None, Some(share)),
+        ],
+        "{st:?}"
+    );
+    std::fs::write(n.dir.join("go-be"), "").unwrap();
+    let read = |f: &str| std::fs::read_to_string(n.dir.join(f)).unwrap_or_default();
+    wait_for(
+        "both best-effort slices full",
+        Duration::from_secs(30),
+        || read("c30.fill").contains("allocations=") && read("c70.fill").contains("allocations="),
+    );
+    // While both hold their whole share, the capped one fills its cap.
+    std::fs::write(n.dir.join("go"), "").unwrap();
+    let o = capped.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains(&format!(
+            "bytes={} refusal=CUDA_ERROR_OUT_OF_MEMORY",
+            2 * GI
+        )),
+        "capped: {out}"
+    );
+    for (c, name) in [(b30, "c30"), (b70, "c70")] {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let info = read(&format!("{name}.info"));
+        assert!(
+            info.contains(&format!("meminfo_total={share}\n")),
+            "{name}: {info}"
+        );
+        let fill = read(&format!("{name}.fill"));
+        assert!(
+            fill.contains(&format!(
+                "bytes={share} refusal=CUDA_ERROR_OUT_OF_MEMORY free_after=0 total={share}"
+            )),
+            "{name}: {fill}"
+        );
+    }
+}

@@ -137,6 +137,7 @@ fn fixed() -> StatusView {
                     SliceRow {
                         slice_id: "train".into(),
                         memory_cap: Some(8 * GI),
+                        memory_best_effort: None,
                         memory_used: Some(3 * GI / 2),
                         compute_guaranteed: Some(30),
                         compute_limit: 60,
@@ -160,6 +161,7 @@ fn fixed() -> StatusView {
                     SliceRow {
                         slice_id: "infer-1".into(),
                         memory_cap: None,
+                        memory_best_effort: None,
                         memory_used: None,
                         compute_guaranteed: None,
                         compute_limit: 100,
@@ -388,4 +390,47 @@ fn long_container_ids_are_shortened_and_prefixes_resolve() {
         "{e}"
     );
     assert_eq!(resolve_prefix("zzz", &ids).unwrap_err(), "no slice \"zzz\"");
+}
+
+/// A slice without a cap shows its best-effort share (`be …`) from the status reply, in the
+/// table and in JSON; without one (`overcommit_memory`, an older arbiter) it stays `none`.
+#[test]
+fn best_effort_shares_come_from_the_status_reply() {
+    use gpuslice_api::{AssignedDevice, DeviceStatus, NodeStatus, SliceStatus};
+    let slice = |id: &str, share: Option<u64>| SliceStatus {
+        slice_id: id.into(),
+        request: Default::default(),
+        owner: Default::default(),
+        devices: vec![AssignedDevice {
+            index: 0,
+            uuid: "GPU-aaaa".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_cap: None,
+            memory_best_effort: share,
+            memory_total: 80 * GI,
+        }],
+    };
+    let node = NodeStatus {
+        devices: vec![DeviceStatus {
+            index: 0,
+            uuid: "GPU-aaaa".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_total: 80 * GI,
+            memory_committed: GI,
+            compute_guaranteed: 0,
+            slices: vec!["c30".into(), "old".into()],
+            shares: vec![],
+        }],
+        slices: vec![slice("c30", Some(39 * GI + GI / 2)), slice("old", None)],
+        backstop: Vec::new(),
+    };
+    let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
+    let text = view.render();
+    assert!(text.contains("  c30    be 39.5Gi  n/a"), "{text}");
+    assert!(text.contains("  old    none       n/a"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&view.to_json()).unwrap();
+    let s = &v["devices"][0]["slices"];
+    assert_eq!(s[0]["memory_best_effort"], 39 * GI + GI / 2);
+    assert!(s[0]["memory_cap"].is_null());
+    assert!(s[1].get("memory_best_effort").is_none());
 }
