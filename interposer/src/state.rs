@@ -582,18 +582,12 @@ extern "C" fn at_exit() {
     if let Some(Some(g)) = STATE.get() {
         let r = g.record.load(Acquire);
         let pid = g.record_pid.load(Acquire);
-        // The context is the driver's to free as the process ends: its charge goes now.
-        if r != NO_RECORD && pid == std::process::id() {
-            for (d, c) in g.ctx.iter().enumerate() {
-                let c = c.swap(0, AcqRel);
-                if c > 0 {
-                    g.slice.usage.release(r, d, c);
-                }
-            }
-        }
-        // Memory still charged at exit (pool reserves, leaked allocations) is held by the
-        // driver until the process is gone: the record then stays, and is reclaimed once the
-        // process is dead (pid + start time). An empty record is given back at once.
+        // Memory still charged at exit (contexts, pool reserves, leaked allocations) is held
+        // by the driver until the process is gone: its device files close after every exit
+        // handler has run, and other handlers may run long. The record then stays, and is
+        // reclaimed once the process is dead (pid + start time). Giving a context's charge back
+        // here let the slice's other processes create contexts into memory this one still
+        // held, beyond the slice's promise. An empty record is given back at once.
         let empty = (0..g.slice.limits.device_count()).all(|d| g.slice.usage.held(r, d) == 0);
         if r != NO_RECORD && pid == std::process::id() && empty {
             g.slice.usage.unclaim(r, pid);
