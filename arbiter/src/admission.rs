@@ -8,7 +8,7 @@ use gpuslice_api::protocol::{is_dra_slice, valid_slice_id};
 use gpuslice_api::quantity::format_bytes;
 use gpuslice_api::{
     AssignedDevice, DeviceRef, DeviceSelector, DeviceStatus, ErrorCode, MemoryRequest, NodeStatus,
-    Owner, Priority, RequestError, SliceRequest, SliceStatus,
+    Owner, Placement, Priority, RequestError, SliceRequest, SliceStatus,
 };
 
 use crate::fit::{best_effort_share, check, Ask, Constraint, DeviceRefusal, Load, Policy, Refusal};
@@ -385,7 +385,21 @@ impl Admission {
                     let load = self.load(pos, None);
                     let ask = self.ask(&request, dev);
                     match self.fits(pos, id, load, ask, model, holdings) {
-                        Ok(()) => fits.push(Candidate::new(&self.policy, pos, dev, load, ask)),
+                        Ok(()) => {
+                            let mut c = Candidate::new(&self.policy, pos, dev, load, ask);
+                            if ask.cap.is_none() {
+                                // What it would get there: its share of the pool.
+                                let committed =
+                                    load.memory_committed.saturating_add(self.policy.reserve());
+                                let share = best_effort_share(
+                                    dev.memory_total,
+                                    committed,
+                                    load.best_effort + 1,
+                                );
+                                c.memory_left = i128::from(share.unwrap_or(0));
+                            }
+                            fits.push(c)
+                        }
                         Err(d) => misses.push(d),
                     }
                 }
@@ -396,7 +410,14 @@ impl Admission {
                         devices: misses,
                     }));
                 }
-                choose(self.policy.placement, fits, n)
+                // A best-effort slice commits only its reserve, so it leaves the holes bin-pack
+                // keeps for large caps as they were; it goes where its share is largest.
+                let placement = if request.memory.is_none() {
+                    Placement::Spread
+                } else {
+                    self.policy.placement
+                };
+                choose(placement, fits, n)
             }
         };
         let devices: Vec<AssignedDevice> = positions

@@ -845,3 +845,28 @@ fn restore_recomputes_best_effort_caps() {
     // A restored capped record claiming a best-effort figure does not keep it.
     assert_eq!(best_effort_of(&b, "cap"), (Some(8 * GI), None));
 }
+
+#[test]
+fn a_best_effort_slice_goes_where_its_share_is_largest() {
+    // Bin-pack would put it where the least is left (device 1, 9 GiB after the 70 GiB cap);
+    // it goes to device 0, 39.5 GiB, and the 80 GiB device keeps its hole as it was.
+    let mut a = node(&[("GPU", 40 * GI), ("GPU", 80 * GI)], Placement::Binpack);
+    a.admit("big", mem(70 * GI), Owner::default()).unwrap();
+    assert_eq!(placed_on(&a, "big"), vec![1]);
+    a.admit("be", compute_only(30), Owner::default()).unwrap();
+    assert_eq!(placed_on(&a, "be"), vec![0]);
+    assert_eq!(best_effort_of(&a, "be"), (None, Some(40 * GI - 512 * MI)));
+    // The share counts the neighbours: the second to fourth still get more on device 0
+    // (19.5, 12.8, 9.5 GiB each) than the 9 GiB device 1 offers; the fifth (7.5) does not.
+    for id in ["be2", "be3", "be4"] {
+        a.admit(id, compute_only(10), Owner::default()).unwrap();
+        assert_eq!(placed_on(&a, id), vec![0], "{id}");
+    }
+    a.admit("be5", compute_only(10), Owner::default()).unwrap();
+    assert_eq!(placed_on(&a, "be5"), vec![1]);
+    assert_eq!(best_effort_of(&a, "be5"), (None, Some(9 * GI)));
+    assert_eq!(
+        best_effort_of(&a, "be"),
+        (None, Some((40 * GI - 4 * 512 * MI) / 4))
+    );
+}
