@@ -25,8 +25,9 @@ pub struct ConnectError(pub String);
 /// under `/var/run/secrets/kubernetes.io/serviceaccount`). Every request is bounded by `timeout`
 /// (connect and read). Needs a tokio runtime (the client spawns its connection tasks on it).
 pub async fn connect(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, ConnectError> {
-    // ring, explicitly: with both of rustls' providers compiled in (another dependency enables
-    // aws-lc-rs) it would refuse to choose. An earlier install (this is called again) is fine.
+    // ring, explicitly: should both of rustls' providers ever be compiled in (a dependency
+    // enabling aws-lc-rs) it would refuse to choose. An earlier install (this is called again)
+    // is fine.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut config = match kubeconfig {
         Some(p) => {
