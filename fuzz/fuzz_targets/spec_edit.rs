@@ -50,6 +50,7 @@ fn answer(line: &[u8], slice_dir: &Path) -> Response {
                     name: "Fuzz GPU".into(),
                     memory_total: 80 << 30,
                     memory_cap: Some(1 << 30),
+                    memory_best_effort: None,
                 }],
                 existing: false,
             }
