@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 pub const SIM_DEVICES: &str = "name=Trial GPU 8G,mem=8Gi,sms=16,cc=9.0";
 
 /// What a trial's node simulates and how its arbiter admits: [`NodeConfig::default`] is the
-/// node of most trials ([`SIM_DEVICES`], contexts cost nothing, a 16 MiB context reserve).
+/// node of most trials ([`SIM_DEVICES`], contexts cost nothing, so the arbiter charges nothing
+/// for them either: `context_reserve = 0`; the fork-wave trial sets both to a real cost).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// `GPUSLICE_SIM_DEVICES`.
@@ -33,7 +34,7 @@ impl Default for NodeConfig {
         NodeConfig {
             devices: SIM_DEVICES.into(),
             ctx_overhead: "0".into(),
-            admission: "context_reserve = \"16Mi\"\n".into(),
+            admission: "context_reserve = \"0\"\n".into(),
         }
     }
 }

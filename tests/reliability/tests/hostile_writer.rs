@@ -83,7 +83,10 @@ impl Filler {
 /// Runs the trial; `shares`: also require a's share of a + b to stay 0.30 ± 0.15. Returns the
 /// kernels `a` and `b` ran.
 fn hostile_run(mode: &str, seconds: f64, shares: bool) -> (u64, u64) {
-    let n = Node::start(&format!("hostile-{mode}")).expect("node");
+    // Two tests run the "random" mode at once: each run gets its own node directory.
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let n = Node::start(&format!("hostile-{mode}-{run}")).expect("node");
     let h = n.admit("h", "\"memory\":\"512Mi\"");
     let a = n.admit("a", "\"memory\":\"512Mi\",\"compute\":30");
     let b = n.admit("b", "\"memory\":\"512Mi\",\"compute\":70");
