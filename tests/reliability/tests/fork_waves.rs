@@ -22,7 +22,7 @@
 //!
 //! `GPUSLICE_TRIALS_FORK_SECONDS` shortens the 60 s (development); `GPUSLICE_TRIALS_SCALE` does
 //! not. `GPUSLICE_TRIALS_UNCHARGED=1` is the negative control: the forking slice's `limits` are
-//! rewritten to charge no context before it starts (what the interposer did before 7b170c6);
+//! rewritten to charge no context before it starts (what the interposer did before f8619a0);
 //! then the assertions must fail. `GPUSLICE_TRIALS_LINGER_MS=N`: every child lingers N ms in an
 //! exit handler that runs after the interposer's (which gives the context's charge back).
 
@@ -57,7 +57,7 @@ struct Samples {
 }
 
 #[test]
-#[ignore = "fails at random: after the exit-charge fix (3c0aa4f) 2 of 3 full runs still had \
+#[ignore = "fails at random: after the exit-charge fix (000bcfb) 2 of 3 full runs still had \
             one sample above the promises, cause not established (docs/reliability.md, \
             finding 8)"]
 fn forking_slice_cannot_take_its_neighbours_memory() {
