@@ -749,18 +749,6 @@ impl Default for RealHost {
     }
 }
 
-/// Parses `/proc/<pid>/stat`: (state, ppid, start time).
-fn parse_stat(text: &[u8]) -> Option<(u8, u32, u64)> {
-    let close = text.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(text.get(close + 2..)?).ok()?;
-    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // Fields after the command: 3 state, 4 ppid, … 22 starttime.
-    let state = *f.first()?.as_bytes().first()?;
-    let ppid = f.get(1)?.parse().ok()?;
-    let start = f.get(19)?.parse().ok()?;
-    Some((state, ppid, start))
-}
-
 impl RealHost {
     fn signal(&self, pid: u32, start: u64, sig: i32) -> io::Result<()> {
         let fd = match crate::syscalls::pidfd_open(pid) {
@@ -817,8 +805,8 @@ impl RealHost {
 impl Host for RealHost {
     fn process(&self, pid: u32) -> Option<HostProc> {
         let dir = self.proc_root.join(pid.to_string());
-        let (state, ppid, start) = parse_stat(&fs::read(dir.join("stat")).ok()?)?;
-        if matches!(state, b'Z' | b'X' | b'x') {
+        let st = gpuslice_region::liveness::parse_stat(&fs::read(dir.join("stat")).ok()?)?;
+        if st.exited() {
             return None;
         }
         let cg = fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
@@ -828,8 +816,8 @@ impl Host for RealHost {
             .map(str::to_string)
             .collect();
         Some(HostProc {
-            start,
-            ppid,
+            start: st.start,
+            ppid: st.ppid,
             cgroups,
         })
     }
@@ -1094,13 +1082,6 @@ mod tests {
         assert_eq!(ev.len(), 1, "{ev:?}");
         assert_eq!(ev[0].kind, "lease");
         assert_eq!(ev[0].pids, vec![11]);
-    }
-
-    #[test]
-    fn parses_stat_with_spaces_and_parens_in_the_name() {
-        let s = b"42 (a) b) (c) S 7 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1 2";
-        assert_eq!(parse_stat(s), Some((b'S', 7, 987654)));
-        assert_eq!(parse_stat(b"garbage"), None);
     }
 
     #[test]

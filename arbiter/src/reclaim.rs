@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use gpuslice_api::{Owner, Request, Response, SliceStatus};
 use gpuslice_region::layout::{rec_unpack, REC_CLAIMING, REC_DEAD, REC_LIVE, USAGE_FILE};
+use gpuslice_region::liveness::ProcStat;
 use gpuslice_region::protocol::Ledger;
 use gpuslice_region::{Liveness, Usage, MAX_PROCS};
 use serde::{Deserialize, Serialize};
@@ -132,8 +133,8 @@ impl ProcFs {
         self.root == Path::new("/proc")
     }
 
-    /// State letter and start time of `pid`; `Ok(None)` when there is no such process.
-    pub fn stat(&self, pid: u32) -> io::Result<Option<(u8, u64)>> {
+    /// What `/proc/<pid>/stat` says of `pid`; `Ok(None)` when there is no such process.
+    pub fn stat(&self, pid: u32) -> io::Result<Option<ProcStat>> {
         match fs::read(self.root.join(pid.to_string()).join("stat")) {
             Ok(t) => Ok(gpuslice_region::liveness::parse_stat(&t)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -142,11 +143,11 @@ impl ProcFs {
         }
     }
 
-    /// Start time of a running (non-zombie) `pid`.
+    /// Start time of `pid` while it has not exited (an exiting process still counts: see
+    /// [`ProcStat::exited`]).
     pub fn start_time(&self, pid: u32) -> Option<u64> {
         match self.stat(pid) {
-            Ok(Some((b'Z' | b'X' | b'x', _))) => None,
-            Ok(Some((_, s))) => Some(s),
+            Ok(Some(s)) if !s.exited() => Some(s.start),
             _ => None,
         }
     }
@@ -158,8 +159,9 @@ impl ProcFs {
             return Liveness::Dead;
         }
         match self.stat(pid) {
-            Ok(None) | Ok(Some((b'Z' | b'X' | b'x', _))) => Liveness::Dead,
-            Ok(Some((_, s))) if start.is_some_and(|want| want != s) => Liveness::Dead,
+            Ok(None) => Liveness::Dead,
+            Ok(Some(s)) if s.exited() => Liveness::Dead,
+            Ok(Some(s)) if start.is_some_and(|want| want != s.start) => Liveness::Dead,
             Ok(Some(_)) | Err(_) => Liveness::Alive,
         }
     }

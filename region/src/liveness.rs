@@ -4,28 +4,63 @@
 use crate::protocol::{Env, Liveness, Waiter};
 use std::time::{Duration, Instant};
 
-/// State letter and start time of `pid`, or `None` if it does not exist.
+/// What `/proc/<pid>/stat` says of a process: the fields liveness and attribution need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcStat {
+    /// State letter (field 3): `R`, `S`, `D`, `Z`, …
+    pub state: u8,
+    /// Parent pid (field 4).
+    pub ppid: u32,
+    /// Threads of the thread group still counted (field 20).
+    pub threads: u32,
+    /// Start time in clock ticks after boot (field 22).
+    pub start: u64,
+}
+
+impl ProcStat {
+    /// Whether the whole process has exited: its device memory (and every descriptor, the
+    /// driver's included) is released. A leader shows `Z` as soon as its own thread has exited,
+    /// while other threads may still run and hold the process's descriptors — and with them
+    /// its contexts: that process is exiting, not gone. Once the last other thread has been
+    /// released the zombie counts only itself.
+    pub fn exited(&self) -> bool {
+        match self.state {
+            b'X' | b'x' => true,
+            b'Z' => self.threads <= 1,
+            _ => false,
+        }
+    }
+}
+
+/// What `/proc/<pid>/stat` says of `pid`, or `None` if it does not exist.
 /// `Err` when `/proc` could not be read for another reason.
-pub fn stat_of(pid: u32) -> Result<Option<(u8, u64)>, std::io::Error> {
+pub fn stat_of(pid: u32) -> Result<Option<ProcStat>, std::io::Error> {
     stat_of_at(std::path::Path::new("/proc"), pid)
 }
 
-/// Parses the state letter (field 3) and start time (field 22) out of a `stat` line. The command
-/// name (field 2) may contain spaces and parentheses, so fields are counted after the last `)`.
-pub fn parse_stat(text: &[u8]) -> Option<(u8, u64)> {
+/// Parses a `stat` line. The command name (field 2) may contain spaces and parentheses, so
+/// fields are counted after the last `)`.
+pub fn parse_stat(text: &[u8]) -> Option<ProcStat> {
     let close = text.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(text.get(close + 1..)?).ok()?;
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.as_bytes().first().copied()?;
-    // Fields 4..=21 precede the start time: skip 18 of them.
-    let start = fields.nth(18)?.parse::<u64>().ok()?;
-    Some((state, start))
+    let ppid = fields.next()?.parse::<u32>().ok()?;
+    // Fields 5..=19 precede the thread count: skip 15 of them; 21 precedes the start time.
+    let threads = fields.nth(15)?.parse::<u32>().ok()?;
+    let start = fields.nth(1)?.parse::<u64>().ok()?;
+    Some(ProcStat {
+        state,
+        ppid,
+        threads,
+        start,
+    })
 }
 
 /// Start time of the calling process.
 pub fn self_start_time() -> Option<u64> {
     let text = std::fs::read("/proc/self/stat").ok()?;
-    parse_stat(&text).map(|(_, s)| s)
+    parse_stat(&text).map(|s| s.start)
 }
 
 /// Liveness of (`pid`, `start`) as seen from `/proc`.
@@ -35,10 +70,10 @@ pub fn liveness(pid: u32, start: Option<u64>) -> Liveness {
     }
     match stat_of(pid) {
         Ok(None) => Liveness::Dead,
-        // Zombies and dead tasks have released their device memory.
-        Ok(Some((b'Z' | b'X' | b'x', _))) => Liveness::Dead,
-        Ok(Some((_, s))) => match start {
-            Some(want) if want != s => Liveness::Dead,
+        // Exited processes have released their device memory; an exiting one may not have.
+        Ok(Some(s)) if s.exited() => Liveness::Dead,
+        Ok(Some(s)) => match start {
+            Some(want) if want != s.start => Liveness::Dead,
             _ => Liveness::Alive,
         },
         // Cannot tell (e.g. hidepid): assume alive, which can only leak, never overshoot.
@@ -112,8 +147,14 @@ mod tests {
 
     #[test]
     fn parses_comm_with_spaces_and_parens() {
-        let line = b"1234 (a b) c)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 987654 20 21\n";
-        assert_eq!(parse_stat(line), Some((b'S', 987654)));
+        let line = b"1234 (a b) c)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 3 18 987654 20 21\n";
+        let st = parse_stat(line).expect("parsed");
+        assert_eq!(
+            (st.state, st.ppid, st.threads, st.start),
+            (b'S', 1, 3, 987654)
+        );
+        assert_eq!(parse_stat(b"garbage"), None);
+        assert_eq!(parse_stat(b"1 (x) S 1 2"), None);
     }
 
     #[test]
@@ -182,9 +223,9 @@ impl ProcessTable {
             else {
                 continue;
             };
-            if let Ok(Some((state, start))) = stat_of_at(&self.root, host_pid) {
-                if !matches!(state, b'Z' | b'X' | b'x') {
-                    members.insert(inner, start);
+            if let Ok(Some(st)) = stat_of_at(&self.root, host_pid) {
+                if !st.exited() {
+                    members.insert(inner, st.start);
                 }
             }
         }
@@ -223,7 +264,7 @@ pub fn innermost_nspid(status: &str) -> Option<u32> {
         .ok()
 }
 
-fn stat_of_at(proc_root: &std::path::Path, pid: u32) -> Result<Option<(u8, u64)>, std::io::Error> {
+fn stat_of_at(proc_root: &std::path::Path, pid: u32) -> Result<Option<ProcStat>, std::io::Error> {
     match std::fs::read(proc_root.join(pid.to_string()).join("stat")) {
         Ok(t) => Ok(parse_stat(&t)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

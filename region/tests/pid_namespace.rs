@@ -55,7 +55,7 @@ fn records_of_a_container_are_judged_in_its_pid_namespace() {
         assert!(Instant::now() < deadline, "unshare started no child");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let (_, start) = stat_of(inner_host).unwrap().expect("the child runs");
+    let start = stat_of(inner_host).unwrap().expect("the child runs").start;
     let status = std::fs::read_to_string(format!("/proc/{inner_host}/status")).unwrap();
     assert_eq!(innermost_nspid(&status), Some(1), "{status}");
 
@@ -74,7 +74,7 @@ fn records_of_a_container_are_judged_in_its_pid_namespace() {
 
     // A process in the reader's own namespace is judged directly.
     let me = std::process::id();
-    let (_, my_start) = stat_of(me).unwrap().unwrap();
+    let my_start = stat_of(me).unwrap().unwrap().start;
     let own = PidNamespace::of(Path::new("/proc"), me).unwrap();
     assert!(own.alive(me, my_start));
     assert!(!own.alive(me, my_start + 1));
@@ -84,7 +84,7 @@ fn records_of_a_container_are_judged_in_its_pid_namespace() {
     while stat_of(inner_host)
         .ok()
         .flatten()
-        .is_some_and(|(s, _)| s != b'Z')
+        .is_some_and(|s| !s.exited())
     {
         assert!(Instant::now() < deadline, "the child outlived unshare");
         std::thread::sleep(Duration::from_millis(20));

@@ -104,6 +104,9 @@ enum Cmd {
         /// Passed to every child (see `hog`).
         #[arg(long, default_value_t = 0)]
         linger_ms: u64,
+        /// Passed to every child (see `hog`).
+        #[arg(long, default_value_t = 0)]
+        leader_first_ms: u64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
@@ -117,6 +120,12 @@ enum Cmd {
         /// destructor, a flush): the process and its context live on.
         #[arg(long, default_value_t = 0)]
         linger_ms: u64,
+        /// Ends with the main thread exiting alone while another thread lives on this long
+        /// before ending the process (what a SIGKILL of a many-threaded process looks like
+        /// when its other threads are slow to die): meanwhile `/proc` shows the leader as a
+        /// zombie, but the process still holds its context and memory.
+        #[arg(long, default_value_t = 0)]
+        leader_first_ms: u64,
     },
 }
 
@@ -159,20 +168,22 @@ fn main() -> Result<()> {
             max_mib,
             kill_pct,
             linger_ms,
+            leader_first_ms,
             seed,
         } => forker(
             seconds,
             max_procs.max(1),
             max_mib,
             kill_pct,
-            linger_ms,
+            [linger_ms, leader_first_ms],
             seed,
         ),
         Cmd::Hog {
             seed,
             max_mib,
             linger_ms,
-        } => hog(seed, max_mib, linger_ms),
+            leader_first_ms,
+        } => hog(seed, max_mib, linger_ms, leader_first_ms),
     }
 }
 
@@ -432,7 +443,7 @@ fn forker(
     max_procs: u64,
     max_mib: u64,
     kill_pct: u64,
-    linger_ms: u64,
+    [linger_ms, leader_first_ms]: [u64; 2],
     seed: u64,
 ) -> Result<()> {
     use std::io::BufRead as _;
@@ -456,6 +467,7 @@ fn forker(
                 .args(["hog", "--seed", &rng.next().to_string()])
                 .args(["--max-mib", &max_mib.to_string()])
                 .args(["--linger-ms", &linger_ms.to_string()])
+                .args(["--leader-first-ms", &leader_first_ms.to_string()])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
@@ -534,7 +546,7 @@ extern "C" fn linger() {
     std::thread::sleep(Duration::from_millis(LINGER_MS.load(Ordering::Relaxed)));
 }
 
-fn hog(seed: u64, max_mib: u64, linger_ms: u64) -> Result<()> {
+fn hog(seed: u64, max_mib: u64, linger_ms: u64, leader_first_ms: u64) -> Result<()> {
     if linger_ms > 0 {
         LINGER_MS.store(linger_ms, Ordering::Relaxed);
         // Registered before the interposer's handler (at its first driver call), so it runs
@@ -589,6 +601,16 @@ fn hog(seed: u64, max_mib: u64, linger_ms: u64) -> Result<()> {
             // SAFETY: `p` came from cuMemAlloc and is freed once.
             drv.check("cuMemFree", unsafe { (drv.mem_free)(p) })?;
         }
+    }
+    if leader_first_ms > 0 {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(leader_first_ms));
+            // SAFETY: ends the whole process at once, as a SIGKILL would (no exit handlers).
+            unsafe { libc::_exit(0) };
+        });
+        // SAFETY: exit(2) of the calling thread alone (not exit_group): the process lives on
+        // in its other threads. Nothing of Rust's runs after it on this thread.
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
     }
     Ok(())
 }
