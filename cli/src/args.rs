@@ -1,6 +1,6 @@
 //! The command line (clap): global `--state-dir` / `--config`, and the subcommands `run`,
-//! `status`, `update`, `configure` and `doctor` (their options: `configure_args`), plus the
-//! declared-but-not-built `cdi generate`.
+//! `status`, `update`, `cdi generate`, `configure` and `doctor` (the configure options:
+//! `configure_args`).
 
 use std::ffi::OsString;
 use std::path::PathBuf;

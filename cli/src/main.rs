@@ -1,6 +1,6 @@
 //! `gpuslice`: the admin CLI. `run` (a bare process in a slice), `status` (table / JSON /
-//! watch), `update` (live resize), `configure` (engines) and `doctor` (node check);
-//! `cdi generate` is declared and says it is not built yet. Reference: `docs/cli.md`.
+//! watch), `update` (live resize), `cdi generate` (the node's CDI spec), `configure` (engines)
+//! and `doctor` (node check). Reference: `docs/cli.md`.
 
 mod cdi_generate;
 

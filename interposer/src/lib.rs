@@ -1,4 +1,4 @@
-//! libgpuslice.so: the CUDA driver / NVML interposer (issue 3). Loaded by `LD_PRELOAD` or
+//! libgpuslice.so: the CUDA driver / NVML interposer. Loaded by `LD_PRELOAD` or
 //! `/etc/ld.so.preload`, it exports wrappers under the driver's own names, overrides `dlsym` /
 //! `dlvsym` and `cuGetProcAddress` so that every way of reaching the driver lands in a wrapper,
 //! and enforces the slice's memory caps with reserve-then-allocate on the shared region

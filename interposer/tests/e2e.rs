@@ -533,8 +533,8 @@ fn capped_slice(e: &Env) -> std::path::PathBuf {
     dir
 }
 
-/// Reliability trial 1 (issue 7) found this: a tenant that wrote over its slice's writable
-/// `usage` header made every process started afterwards run with no cap at all. The cap lives in
+/// A tenant that writes over its slice's writable `usage` header must not leave the processes
+/// started afterwards with no cap (the hostile-writer trial, docs/reliability.md). The cap lives in
 /// the read-only `limits`, so the process is now held to it through a private usage region.
 #[test]
 fn damaged_usage_file_still_caps_the_process() {
@@ -556,8 +556,8 @@ fn damaged_usage_file_still_caps_the_process() {
     assert!(!err.contains("NOT enforced"), "{err}");
 }
 
-/// Reliability trial 1 (issue 7) found this: a tenant that keeps writing zeros over its slice's
-/// device totals ("nothing is in use") let one process allocate past the cap. Each process's own
+/// A tenant that keeps writing zeros over its slice's device totals ("nothing is in use") must
+/// not let one process allocate past the cap (the hostile-writer trial). Each process's own
 /// charges are now counted in its memory too, and never pass the cap.
 #[test]
 fn zeroed_usage_totals_cannot_lift_a_process_over_the_cap() {

@@ -247,7 +247,7 @@ fn release_racing_with_reclaim_is_exact() {
     });
 }
 
-/// Reliability trial 3 (issue 7) found a leak here: a process exiting with an empty record marks
+/// A leak the kill trials found (docs/reliability.md): a process exiting with an empty record marks
 /// it dead and then reclaims (the interposer's `at_exit`), so its freeze carries a dead owner;
 /// a releaser takes the freeze over and finishes it, and the first freezer's stale store of its
 /// older sum then put back bytes no record held (30 MiB left charged after every tenant exited,

@@ -1,9 +1,8 @@
 //! The arbiter client used at container creation and by the hook: one JSON line out, one in
 //! (`docs/protocol.md`), every socket operation bounded by a timeout.
 //!
-//! `bind` (pid and cgroup of a created container) is sent as a raw line because `Request` has no
-//! such variant yet; an arbiter that does not know it answers `bad_request`, which
-//! [`BindResult::Unsupported`] reports so the hook can carry on.
+//! `bind` (pid and cgroup of a created container): an older arbiter that does not know it answers
+//! `bad_request`, which [`BindResult::Unsupported`] reports so the hook can carry on.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -15,7 +14,6 @@ use gpuslice_api::{
     ErrorCode, Owner, Request, RequestEnvelope, Response, ResponseEnvelope, SliceRequest,
     PROTOCOL_VERSION,
 };
-use serde_json::json;
 
 /// Default bound on connecting, sending and waiting for the answer.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -199,14 +197,13 @@ impl Client {
         pid: Option<u32>,
         cgroup: Option<&str>,
     ) -> Result<BindResult, ClientError> {
-        let mut msg = json!({"version": PROTOCOL_VERSION, "op": "bind", "slice_id": slice_id});
-        if let Some(p) = pid {
-            msg["pid"] = json!(p);
-        }
-        if let Some(c) = cgroup {
-            msg["cgroup"] = json!(c);
-        }
-        let line = serde_json::to_vec(&msg).map_err(|e| self.proto(e.to_string()))?;
+        let request = Request::Bind {
+            slice_id: slice_id.to_string(),
+            pid,
+            cgroup: cgroup.map(str::to_string),
+        };
+        let line = serde_json::to_vec(&RequestEnvelope::new(request))
+            .map_err(|e| self.proto(e.to_string()))?;
         match self.exchange(line)? {
             Response::Error {
                 code: ErrorCode::BadRequest,
@@ -215,5 +212,95 @@ impl Client {
             Response::Error { code, message } => Err(ClientError::Arbiter { code, message }),
             _ => Ok(BindResult::Bound),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// One connection to a one-shot server that answers `reply` to the first line and returns
+    /// the line it read.
+    fn exchange_with(reply: Response, f: impl FnOnce(&mut Client)) -> String {
+        let mut reply = serde_json::to_string(&ResponseEnvelope::new(reply)).unwrap();
+        reply.push('\n');
+        let dir = std::env::temp_dir().join(format!(
+            "gpuslice-client-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(SOCKET_NAME);
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).unwrap();
+            (&s).write_all(reply.as_bytes()).unwrap();
+            line
+        });
+        let mut c = Client::connect(&dir, Duration::from_secs(5)).unwrap();
+        f(&mut c);
+        let line = server.join().unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        line
+    }
+
+    #[test]
+    fn bind_is_sent_as_the_typed_request() {
+        let line = exchange_with(
+            Response::Bound {
+                slice_id: "s".into(),
+            },
+            |c| assert_eq!(c.bind("s", Some(7), None).unwrap(), BindResult::Bound),
+        );
+        assert_eq!(
+            line.trim_end(),
+            r#"{"version":1,"op":"bind","slice_id":"s","pid":7}"#
+        );
+        let env: RequestEnvelope = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            env.request,
+            Request::Bind {
+                slice_id: "s".into(),
+                pid: Some(7),
+                cgroup: None
+            }
+        );
+    }
+
+    #[test]
+    fn an_arbiter_without_bind_is_reported_not_failed() {
+        exchange_with(
+            Response::Error {
+                code: ErrorCode::BadRequest,
+                message: "unknown variant `bind`".into(),
+            },
+            |c| {
+                let r = c.bind("s", None, Some("/kubepods/p/c")).unwrap();
+                assert!(matches!(r, BindResult::Unsupported(m) if m.contains("bind")));
+            },
+        );
+        exchange_with(
+            Response::Error {
+                code: ErrorCode::NotFound,
+                message: "no slice s".into(),
+            },
+            |c| {
+                let e = c.bind("s", Some(1), None).unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        ClientError::Arbiter {
+                            code: ErrorCode::NotFound,
+                            ..
+                        }
+                    ),
+                    "{e:?}"
+                );
+            },
+        );
     }
 }

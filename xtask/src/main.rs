@@ -10,6 +10,8 @@
 //! - `gpu-kit [--sim]` builds the small tree that travels to the real-GPU machine.
 //! - `gen-procaddr DIR…` regenerates the `cuGetProcAddress` table from CUDA headers.
 
+#[cfg(test)]
+mod arch_doc;
 mod bench;
 mod bench_share;
 mod clients;

@@ -18,6 +18,12 @@ struct Suite {
     run: fn() -> Result<()>,
 }
 
+/// The suites' names, in their order.
+#[cfg(test)]
+pub fn names() -> impl Iterator<Item = &'static str> {
+    SUITES.iter().map(|s| s.name)
+}
+
 const SUITES: &[Suite] = &[
     Suite {
         name: "lint",

@@ -1,4 +1,4 @@
-//! The `.deb` on a clean root (issue 6 must-show): `cargo xtask package`'s `gpuslice` package is
+//! The `.deb` on a clean root: `cargo xtask package`'s `gpuslice` package is
 //! installed with apt into a copy of a minimal Debian 12 tree (so its Recommends, runc, resolve),
 //! the arbiter is started from its unit file's `ExecStart=` line (no systemd runs there), a runc
 //! bundle asking for `gpuslice.io/memory: 1Gi` runs through the installed

@@ -1,4 +1,4 @@
-//! Trial 4 (issue 7): the arbiter SIGKILLed and restarted 20 times under load.
+//! Trial 4: the arbiter SIGKILLed and restarted 20 times under load.
 //!
 //! Three slices: `a` (30 %, 1 GiB), `b` (50 %, 1 GiB), `c` (best effort, 512 MiB: it lives on
 //! the 20 % nobody is guaranteed). Tenants in `a`

@@ -1,4 +1,4 @@
-//! Trial of issue 15 (memory isolation, "contexts count"): four 2 GiB slices on a 16 GiB device
+//! Memory isolation when a slice forks ("contexts count", docs/interposer.md): four 2 GiB slices on a 16 GiB device
 //! whose contexts cost 300 MiB each; one slice forks waves of up to 32 CUDA processes for 60 s,
 //! the other three allocate to their caps over and over.
 //!

@@ -1,4 +1,4 @@
-//! Trial 1 (issue 7): a tenant writes hostile bytes over its own writable `usage` file while the
+//! Trial 1: a tenant writes hostile bytes over its own writable `usage` file while the
 //! arbiter and two other tenants run.
 //!
 //! Slices: `h` (hostile, 512 MiB, best effort), `a` (30 %, 512 MiB), `b` (70 %, 512 MiB). For the

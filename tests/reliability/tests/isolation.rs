@@ -1,4 +1,4 @@
-//! Trial 2 (issue 7): what a tenant can reach from inside its container (needs root, runc and
+//! Trial 2: what a tenant can reach from inside its container (needs root, runc and
 //! the dist tree: the `gpuslice-e2e` harness). A container started through `gpuslice-runtime`
 //! with a 1 GiB slice, root inside but without `CAP_SYS_ADMIN` (runc's default capabilities),
 //! while a neighbour slice exists on the same arbiter, runs a script that

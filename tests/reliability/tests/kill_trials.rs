@@ -1,4 +1,4 @@
-//! Trial 3 (issue 7): SIGKILL at random moments of allocation, free and launch loops.
+//! Trial 3: SIGKILL at random moments of allocation, free and launch loops.
 //!
 //! A batch runs `SLICES` trials at once, one per slice (256 MiB cap each): four `churn` tenants
 //! per slice allocate (2–32 MiB), free and launch at random; once all are in their loops, one
