@@ -74,7 +74,7 @@ pub struct Hook {
 
 /// Reads a spec this module wrote (YAML or JSON), e.g. the node's `gpuslice.yaml`.
 pub fn parse(text: &str, origin: &Path) -> Result<Spec, CdiError> {
-    serde_yaml::from_str(text).map_err(|e| {
+    serde_yaml_ng::from_str(text).map_err(|e| {
         CdiError::Invalid(format!(
             "{}: not a gpuslice CDI spec: {e}",
             origin.display()
@@ -133,7 +133,7 @@ impl Spec {
                 .map(|s| s + "\n")
                 .map_err(|e| CdiError::Invalid(e.to_string())),
             Format::Yaml => {
-                serde_yaml::to_string(self).map_err(|e| CdiError::Invalid(e.to_string()))
+                serde_yaml_ng::to_string(self).map_err(|e| CdiError::Invalid(e.to_string()))
             }
         }
     }

@@ -43,7 +43,7 @@ struct Input {
 
 fn read_text(text: &[u8], yaml: bool, name: &Path) {
     let raw: Option<RawSpec> = if yaml {
-        serde_yaml::from_slice(text).ok()
+        serde_yaml_ng::from_slice(text).ok()
     } else {
         serde_json::from_slice(text).ok()
     };
@@ -166,7 +166,7 @@ fuzz_target!(|data: &[u8]| {
         let text = spec.render(format).expect("a valid spec renders");
         let raw: RawSpec = match format {
             Format::Json => serde_json::from_str(&text).expect("rendered JSON reads back"),
-            Format::Yaml => serde_yaml::from_str(&text).expect("rendered YAML reads back"),
+            Format::Yaml => serde_yaml_ng::from_str(&text).expect("rendered YAML reads back"),
         };
         if let Err(e) = container_device_interface::spec::new_spec(&raw, &name, 0) {
             panic!("rendered {format:?} no longer valid: {e:#}\n{text}");
@@ -175,7 +175,7 @@ fuzz_target!(|data: &[u8]| {
             Format::Json => serde_json::from_str::<serde_json::Value>(&text)
                 .ok()
                 .and_then(|v| v.get("cdiVersion")?.as_str().map(String::from)),
-            Format::Yaml => serde_yaml::from_str::<serde_yaml::Value>(&text)
+            Format::Yaml => serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&text)
                 .ok()
                 .and_then(|v| v.get("cdiVersion")?.as_str().map(String::from)),
         };

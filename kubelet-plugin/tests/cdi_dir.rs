@@ -160,7 +160,7 @@ fn cdi_dir_writes_a_spec_the_cdi_crate_reads_with_mounts_env_preload_and_nodes()
     assert_eq!(names, [format!("gpuslice.io/claim={UID}")]);
 
     // Its content, field by field.
-    let v: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let v: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let dev = &v["devices"][0];
     assert_eq!(dev["name"], UID);
     let edits = &dev["containerEdits"];
@@ -368,8 +368,8 @@ fn cdi_dir_derives_the_claim_spec_from_the_nodes_spec() {
     let gpu = gpus().remove(1);
     plugin.write(UID, &gpu, &f.root.join("slice")).unwrap();
     let claim: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(plugin.path(UID)).unwrap()).unwrap();
-    let node: Value = serde_yaml::from_str(&std::fs::read_to_string(&node_spec).unwrap()).unwrap();
+        serde_yaml_ng::from_str(&std::fs::read_to_string(plugin.path(UID)).unwrap()).unwrap();
+    let node: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&node_spec).unwrap()).unwrap();
     let edits = &claim["devices"][0]["containerEdits"];
     // Every common mount of the node spec (libraries, interposer, preload), at its host path.
     for m in node["containerEdits"]["mounts"].as_array().unwrap() {

@@ -127,7 +127,7 @@ pub fn render(kubectl: &Path, dir: &Path) -> Result<Vec<Value>, RenderError> {
 /// Splits a YAML stream into JSON objects (empty documents skipped).
 pub fn parse_stream(text: &str, origin: &Path) -> Result<Vec<Value>, RenderError> {
     let mut objects = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let v = Value::deserialize_from(doc).map_err(|message| RenderError::Yaml {
             dir: origin.to_path_buf(),
             index,
@@ -142,11 +142,11 @@ pub fn parse_stream(text: &str, origin: &Path) -> Result<Vec<Value>, RenderError
 
 /// Deserialising one YAML document into a JSON value.
 trait FromYamlDoc: Sized {
-    fn deserialize_from(doc: serde_yaml::Deserializer<'_>) -> Result<Self, String>;
+    fn deserialize_from(doc: serde_yaml_ng::Deserializer<'_>) -> Result<Self, String>;
 }
 
 impl FromYamlDoc for Value {
-    fn deserialize_from(doc: serde_yaml::Deserializer<'_>) -> Result<Value, String> {
+    fn deserialize_from(doc: serde_yaml_ng::Deserializer<'_>) -> Result<Value, String> {
         serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())
     }
 }
