@@ -71,6 +71,16 @@ impl SimNode {
         c
     }
 
+    /// The simulator's own view of this node's state (its ground truth: memory, busy time).
+    pub fn open_sim(&self) -> anyhow::Result<gpuslice_sim_core::Node> {
+        let env = self.env();
+        let cfg = gpuslice_sim_core::SimConfig::from_lookup(|k| {
+            env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+        .map_err(|e| anyhow::anyhow!("simulator configuration: {e}"))?;
+        gpuslice_sim_core::Node::open(cfg).map_err(|e| anyhow::anyhow!("simulator state: {e}"))
+    }
+
     /// Path of the simulated NVML library in the dist tree.
     pub fn nvml_lib(&self) -> PathBuf {
         self.dist.join("sim/libnvidia-ml.so.1")

@@ -27,6 +27,10 @@ pub struct Args {
     /// Device ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: i32,
+    /// Device memory to hold (one allocation, a quantity: `512Mi`, `6Gi`) while the command
+    /// runs, as a program holding its weights does; freed when it ends.
+    #[arg(long)]
+    pub hold: Option<String>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -91,16 +95,33 @@ pub enum Cmd {
 /// Runs the command with a driver table from `load`.
 pub fn run(args: Args, drv: Driver) -> Result<()> {
     let s = Session::open(drv, args.device)?;
+    let held = match &args.hold {
+        Some(q) => {
+            let bytes = parse_bytes(q).with_context(|| format!("--hold {q:?}"))?;
+            let (r, p) = s.try_alloc(bytes);
+            s.drv.check(&format!("cuMemAlloc(--hold {q})"), r)?;
+            Some(p)
+        }
+        None => None,
+    };
+    let result = run_cmd(&args, &s);
+    if let Some(p) = held {
+        s.free(p)?;
+    }
+    result
+}
+
+fn run_cmd(args: &Args, s: &Session) -> Result<()> {
     match args.cmd.clone() {
-        Cmd::Info => info(&s),
-        Cmd::Fill { chunk, hold_ms } => fill(&s, parse_bytes(&chunk)?, hold_ms).map(|_| ()),
+        Cmd::Info => info(s),
+        Cmd::Fill { chunk, hold_ms } => fill(s, parse_bytes(&chunk)?, hold_ms).map(|_| ()),
         Cmd::Saturate {
             kernel_us,
             seconds,
             depth,
             graph_nodes,
         } => {
-            let r = saturate(&s, kernel_us, seconds, depth, graph_nodes)?;
+            let r = saturate(s, kernel_us, seconds, depth, graph_nodes)?;
             println!(
                 "kernels={} elapsed_s={:.3} share={:.4}",
                 r.kernels, r.elapsed_s, r.share
@@ -111,25 +132,25 @@ pub fn run(args: Args, drv: Driver) -> Result<()> {
             kernel_us,
             rate,
             seconds,
-        } => bursty(&s, kernel_us, rate, seconds),
+        } => bursty(s, kernel_us, rate, seconds),
         Cmd::Threads {
             threads,
             kernel_us,
             seconds,
-        } => threads_run(&s, threads, kernel_us, seconds),
+        } => threads_run(s, threads, kernel_us, seconds),
         Cmd::Contend {
             procs,
             kernel_us,
             seconds,
         } => {
-            let shares = contend(&args, procs, kernel_us, seconds)?;
+            let shares = contend(args, procs, kernel_us, seconds)?;
             for (i, sh) in shares.iter().enumerate() {
                 println!("proc={i} share={sh:.4}");
             }
             println!("total_share={:.4}", shares.iter().sum::<f64>());
             Ok(())
         }
-        Cmd::Check => check(&args, &s),
+        Cmd::Check => check(args, s),
     }
 }
 
