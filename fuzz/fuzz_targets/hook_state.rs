@@ -1,6 +1,5 @@
 //! Fuzz target `hook_state`: the OCI state JSON an engine writes to `gpuslice-hook`'s stdin,
-//! parsed by the hook's own `state` module (compiled in from `hook/src/state.rs`: the hook is a
-//! binary crate).
+//! parsed by the hook's parser (`gpuslice_oci::hook_state`).
 //!
 //! Invariants: no panic; an accepted state has the `id` string of the document, a pid only when
 //! the document's `pid` is a positive integer that fits in `u32`, and its `bundle` string.
@@ -9,9 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../hook/src/state.rs"]
-#[allow(dead_code)]
-mod state;
+use gpuslice_oci::hook_state as state;
 
 fuzz_target!(|data: &[u8]| {
     // The hook reads at most 1 MiB of stdin.

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use gpuslice_api::request::{env, keys, provenance};
 use gpuslice_api::SliceRequest;
-use gpuslice_shim::select::{select, SelectError, Selection, CONTAINERS};
+use gpuslice_oci::select::{select, SelectError, Selection, CONTAINERS};
 use libfuzzer_sys::fuzz_target;
 
 /// Parses the input text: one entry per line, `a<key>=<value>` for an annotation and

@@ -1,5 +1,5 @@
 //! Fuzz target `spec_edit`: arbitrary `config.json` bytes through the bundle step every
-//! gpuslice entry point runs (`gpuslice_shim::prepare_bundle`, as `gpuslice-runtime create`
+//! gpuslice entry point runs (`gpuslice_oci::prepare_bundle`, as `gpuslice-runtime create`
 //! calls it), against a fake arbiter in this process that admits every request with one fixed
 //! assignment.
 //!
@@ -23,9 +23,9 @@ use std::sync::OnceLock;
 
 use gpuslice_api::protocol::{ResponseEnvelope, SOCKET_NAME};
 use gpuslice_api::{AssignedDevice, Config, Request, RequestEnvelope, Response};
-use gpuslice_shim::select::{select, Selection};
-use gpuslice_shim::spec::SpecDoc;
-use gpuslice_shim::{prepare_bundle, Outcome, Settings};
+use gpuslice_oci::select::{select, Selection};
+use gpuslice_oci::spec::SpecDoc;
+use gpuslice_oci::{prepare_bundle, Outcome, Settings};
 use libfuzzer_sys::fuzz_target;
 
 static ADMITS: AtomicUsize = AtomicUsize::new(0);

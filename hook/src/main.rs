@@ -15,7 +15,6 @@
 mod nsmount;
 mod privileges;
 mod standalone;
-mod state;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -26,11 +25,11 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use clap::{Parser, Subcommand};
 use gpuslice_api::ErrorCode;
-use gpuslice_shim::client::{BindResult, Client, ClientError};
-use gpuslice_shim::ident::slice_id_for;
-use gpuslice_shim::lifecycle::cgroup_of;
-use gpuslice_shim::Settings;
-use state::State;
+use gpuslice_oci::client::{BindResult, Client, ClientError};
+use gpuslice_oci::hook_state::{self as state, State};
+use gpuslice_oci::ident::slice_id_for;
+use gpuslice_oci::lifecycle::cgroup_of;
+use gpuslice_oci::Settings;
 
 /// Largest state document read from stdin.
 const MAX_STATE: u64 = 1 << 20;
@@ -100,7 +99,7 @@ fn read_state(timeout: Duration) -> Result<State> {
         .recv_timeout(timeout)
         .map_err(|_| anyhow!("no container state on stdin within {timeout:?}"))?
         .context("reading the container state from stdin")?;
-    state::parse(&bytes)
+    Ok(state::parse(&bytes)?)
 }
 
 fn main() -> ExitCode {

@@ -22,10 +22,10 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use gpuslice_api::request::{DeviceRef, DeviceSelector};
 use gpuslice_api::Owner;
-use gpuslice_shim::client::{BindResult, Client, ClientError};
-use gpuslice_shim::select::{select, Selection};
-use gpuslice_shim::spec::SpecDoc;
-use gpuslice_shim::Settings;
+use gpuslice_oci::client::{BindResult, Client, ClientError};
+use gpuslice_oci::select::{select, Selection};
+use gpuslice_oci::spec::SpecDoc;
+use gpuslice_oci::Settings;
 
 /// Largest `config.json` read.
 const MAX_CONFIG: u64 = 16 << 20;

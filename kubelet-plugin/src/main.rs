@@ -24,7 +24,7 @@ use gpuslice_kubelet_plugin::publish::Publisher;
 use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::serve::{serve, Sockets};
 use gpuslice_kubelet_plugin::validate;
-use gpuslice_shim::Settings;
+use gpuslice_oci::Settings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {

@@ -369,7 +369,8 @@ fn cdi_dir_derives_the_claim_spec_from_the_nodes_spec() {
     plugin.write(UID, &gpu, &f.root.join("slice")).unwrap();
     let claim: Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(plugin.path(UID)).unwrap()).unwrap();
-    let node: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&node_spec).unwrap()).unwrap();
+    let node: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(&node_spec).unwrap()).unwrap();
     let edits = &claim["devices"][0]["containerEdits"];
     // Every common mount of the node spec (libraries, interposer, preload), at its host path.
     for m in node["containerEdits"]["mounts"].as_array().unwrap() {

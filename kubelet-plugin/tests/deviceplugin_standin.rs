@@ -25,7 +25,7 @@ use gpuslice_kubelet_plugin::deviceplugin::units::UnitPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET};
 use gpuslice_kubelet_plugin::gpu::StaticGpus;
 use gpuslice_kubelet_plugin::proto::deviceplugin as api;
-use gpuslice_shim::select::{select, Selection};
+use gpuslice_oci::select::{select, Selection};
 use tokio::sync::oneshot;
 use tonic::Status;
 

@@ -1,9 +1,18 @@
-//! The container state (OCI `state` JSON) the engine writes to the hook's stdin, reduced to the
-//! fields the hook uses. Pure parsing, no I/O: the fuzz target `hook_state` includes this file.
+//! The container state (OCI `state` JSON) the engine writes to an OCI hook's stdin, reduced to
+//! the fields `gpuslice-hook` uses. Pure parsing, no I/O (fuzz target `hook_state`).
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, Context, Result};
+/// Why a state document was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Not JSON at all.
+    #[error("the container state on stdin is not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    /// No string `id`.
+    #[error("the container state has no \"id\"")]
+    NoId,
+}
 
 /// The fields of the OCI state this hook uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,13 +26,12 @@ pub struct State {
 }
 
 /// Parses the state document `bytes`.
-pub fn parse(bytes: &[u8]) -> Result<State> {
-    let v: serde_json::Value =
-        serde_json::from_slice(bytes).context("the container state on stdin is not JSON")?;
+pub fn parse(bytes: &[u8]) -> Result<State, StateError> {
+    let v: serde_json::Value = serde_json::from_slice(bytes)?;
     let id = v
         .get("id")
         .and_then(|x| x.as_str())
-        .ok_or_else(|| anyhow!("the container state has no \"id\""))?
+        .ok_or(StateError::NoId)?
         .to_string();
     let pid = v
         .get("pid")

@@ -1,13 +1,13 @@
 //! Golden test of the pure spec edit: `tests/golden/input.json` + a fixed plan must give
 //! `tests/golden/output.json` exactly (as JSON values). Regenerate deliberately with
-//! `GPUSLICE_BLESS=1 cargo test -p gpuslice-shim --test edit_golden` and review the diff.
+//! `GPUSLICE_BLESS=1 cargo test -p gpuslice-oci --test edit_golden` and review the diff.
 
 use std::path::PathBuf;
 
 use gpuslice_api::AssignedDevice;
-use gpuslice_shim::devices::DeviceNode;
-use gpuslice_shim::edit::{apply, Plan};
-use gpuslice_shim::spec::SpecDoc;
+use gpuslice_oci::devices::DeviceNode;
+use gpuslice_oci::edit::{apply, Plan};
+use gpuslice_oci::spec::SpecDoc;
 
 fn plan() -> Plan {
     Plan {

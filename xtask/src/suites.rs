@@ -59,6 +59,15 @@ const SUITES: &[Suite] = &[
         run: arbiter,
     },
     Suite {
+        name: "runtime",
+        about: "what every container entry point does (gpuslice-oci: selection, spec edits, \
+                preload, devices, bundle, lifecycle), gpuslice-runtime and the shim v2 against \
+                the real arbiter library with a fake low-level runtime, gpuslice-hook, CDI \
+                generation; no root, no engine",
+        needs_root: false,
+        run: runtime,
+    },
+    Suite {
         name: "workloads",
         about: "workload clients (linked, dlsym, cuGetProcAddress_v2; threads; processes) and the \
                 outside-client acceptance checks against the built simulator",
@@ -287,6 +296,18 @@ fn sim() -> Result<()> {
             "gpuslice-sim-cuda",
             "gpuslice-sim-nvml",
             "gpuslice-cuda-abi",
+        ],
+        &[],
+    )
+}
+
+fn runtime() -> Result<()> {
+    cargo_test(
+        &[
+            "gpuslice-oci",
+            "gpuslice-shim",
+            "gpuslice-hook",
+            "gpuslice-cdi",
         ],
         &[],
     )

@@ -15,7 +15,7 @@
 //!   offering the same GPU memory to the scheduler.
 //!
 //! What a container gets from `Allocate` is environment only ([`ENV_MEMORY`], [`ENV_DEVICES`],
-//! [`gpuslice_shim::select::DEVICE_PLUGIN_ENV`]); the runtime (`runtimeClassName: gpuslice`)
+//! [`gpuslice_oci::select::DEVICE_PLUGIN_ENV`]); the runtime (`runtimeClassName: gpuslice`)
 //! admits the slice at container creation and refuses a disagreeing `gpuslice.io/memory`.
 
 pub mod exclusive;

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpuslice_api::quantity::format_bytes;
-use gpuslice_shim::select::{device_plugin_value, DEVICE_PLUGIN_ENV};
+use gpuslice_oci::select::{device_plugin_value, DEVICE_PLUGIN_ENV};
 
 use super::units::{device_id, parse_id, GpuUnits};
 use super::{ENV_DEVICES, ENV_MEMORY, RESOURCE};

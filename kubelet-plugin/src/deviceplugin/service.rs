@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpuslice_api::{NodeStatus, Request, Response};
-use gpuslice_shim::client::Client;
+use gpuslice_oci::client::Client;
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;

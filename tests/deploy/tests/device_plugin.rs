@@ -20,7 +20,7 @@ use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::units::{units_of, UnitPolicy};
 use gpuslice_kubelet_plugin::deviceplugin::{place, RESOURCE};
 use gpuslice_kubelet_plugin::gpu::Gpu;
-use gpuslice_shim::select::{select, Selection};
+use gpuslice_oci::select::{select, Selection};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 

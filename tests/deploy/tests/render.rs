@@ -13,7 +13,7 @@ use gpuslice_api::{Config, MemoryRequest, Priority};
 use gpuslice_deploy_tests::{
     kubectl_or_skip, kubernetes_dir, objects, render, render_strict, repo_root, s, strs,
 };
-use gpuslice_shim::select::{select, Selection};
+use gpuslice_oci::select::{select, Selection};
 use serde_json::Value;
 
 const GI: u64 = 1 << 30;
@@ -456,7 +456,7 @@ fn examples_share_one_gpu_with_valid_requests() {
             if k.starts_with("gpuslice.io/") {
                 assert!(
                     gpuslice_api::request::keys::ALL.contains(&k.as_str())
-                        || k == gpuslice_shim::select::CONTAINERS,
+                        || k == gpuslice_oci::select::CONTAINERS,
                     "{name}: unknown key {k}"
                 );
             }

@@ -39,7 +39,7 @@ use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{assert_capped_slice_on, Node};
 use gpuslice_kubelet_plugin::deviceplugin::standin::{healthy, Kubelet};
 use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET};
-use gpuslice_shim::client::Client;
+use gpuslice_oci::client::Client;
 
 const T: Duration = Duration::from_secs(180);
 const WAIT: Duration = Duration::from_secs(30);

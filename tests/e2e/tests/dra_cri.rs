@@ -43,7 +43,7 @@ use gpuslice_kubelet_plugin::checkpoint;
 use gpuslice_kubelet_plugin::claim::{ClaimRef, MemoryClaims};
 use gpuslice_kubelet_plugin::driver::{slice_id, Driver, Parts};
 use gpuslice_kubelet_plugin::gpu::{Gpu, StaticGpus};
-use gpuslice_shim::client::Client;
+use gpuslice_oci::client::Client;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
 

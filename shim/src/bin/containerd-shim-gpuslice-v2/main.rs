@@ -1,7 +1,7 @@
 //! `containerd-shim-gpuslice-v2`: the containerd shim for `runtime_type =
 //! "io.containerd.gpuslice.v2"`. A thin proxy in front of the distribution's
 //! `containerd-shim-runc-v2` that edits each container's bundle at `Task.Create`
-//! (`gpuslice_shim::shimv2`). Reference: `docs/shim.md`.
+//! ([`shimv2`]). Reference: `docs/shim.md`.
 //!
 //! Invocations (flags as containerd passes them, parsed by the `containerd-shim` crate):
 //! `start` and `delete` run runc-v2's own subcommand first; `-info` and `-v` are answered by
@@ -12,7 +12,9 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use gpuslice_shim::shimv2::{proxy, start, upstream};
+mod shimv2;
+
+use shimv2::{proxy, start, upstream};
 
 const NAME: &str = "containerd-shim-gpuslice-v2";
 

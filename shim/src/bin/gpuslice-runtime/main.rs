@@ -1,6 +1,6 @@
 //! `gpuslice-runtime`: a runc-compatible OCI runtime wrapper (Docker `runtimes.<name>.path`,
 //! containerd `BinaryName`). `create` and `run` of a container that asks for a slice are
-//! admitted and their `config.json` edited (`gpuslice_shim::prepare_bundle`); then, and for every
+//! admitted and their `config.json` edited (`gpuslice_oci::prepare_bundle`); then, and for every
 //! other subcommand, the configured low-level runtime (`runtime.low_level`, default `runc` from
 //! `PATH`) runs with the same arguments. Reference: `docs/runtime.md`.
 
@@ -11,10 +11,13 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use gpuslice_api::Config;
-use gpuslice_shim::lifecycle::{bind_created, owned_slice};
-use gpuslice_shim::prepare::release;
-use gpuslice_shim::runc_args::{parse, Invocation};
-use gpuslice_shim::{logfile, prepare_bundle, Outcome, Settings};
+use gpuslice_oci::lifecycle::{bind_created, owned_slice};
+mod logfile;
+mod runc_args;
+
+use gpuslice_oci::prepare::release;
+use gpuslice_oci::{prepare_bundle, Outcome, Settings};
+use runc_args::{parse, Invocation};
 
 const NAME: &str = "gpuslice-runtime";
 

@@ -2,12 +2,12 @@
 //! forwards every Task call to runc-v2's socket unchanged (same payload, timeout and metadata;
 //! only the service name is set to the Task API version runc-v2 announced), except:
 //!
-//! * `Create`: the bundle is prepared first (`crate::prepare_bundle`: request, admission, spec
+//! * `Create`: the bundle is prepared first (`gpuslice_oci::prepare_bundle`: request, admission, spec
 //!   edit; sandboxes and containers that ask for nothing untouched). A failure refuses the Create
 //!   with the library's message; runc-v2 never sees it. If runc-v2's Create then fails, a slice
 //!   admitted by this call is released.
 //!   After runc-v2's Create the image's own `/etc/ld.so.preload` entries are merged into the
-//!   slice's preload file ([`crate::late_preload`]).
+//!   slice's preload file ([`gpuslice_oci::late_preload`]).
 //! * `Delete` of a container (no exec id) that this proxy admitted: after runc-v2 deleted it, the
 //!   slice is released (the `poststop` hook normally did already; releasing is idempotent).
 //!
@@ -27,9 +27,9 @@ use containerd_shim::protos::ttrpc::{
 };
 
 use super::upstream::socket_path;
-use crate::late_preload::merge_after_create;
-use crate::prepare::release;
-use crate::{prepare_bundle, Outcome, Settings};
+use gpuslice_oci::late_preload::merge_after_create;
+use gpuslice_oci::prepare::release;
+use gpuslice_oci::{prepare_bundle, Outcome, Settings};
 
 /// Environment of the proxy process: runc-v2's address.
 pub const ENV_UPSTREAM: &str = "GPUSLICE_SHIM_UPSTREAM";

@@ -19,9 +19,9 @@ use containerd_shim::Flags;
 use super::proxy::{ENV_API, ENV_UPSTREAM};
 use super::reply::{Reply, ReplyError};
 use super::upstream::{self, proxy_address, socket_path, UpstreamError};
-use crate::ident::slice_id_for;
-use crate::prepare::release;
-use crate::Settings;
+use gpuslice_oci::ident::slice_id_for;
+use gpuslice_oci::prepare::release;
+use gpuslice_oci::Settings;
 
 /// Why `start` or `delete` failed.
 #[derive(Debug, thiserror::Error)]
