@@ -1,10 +1,8 @@
 //! What the rest of gpuslice agrees on: slice requests read from annotations and the
 //! environment ([`request`], [`quantity`]), the arbiter's control protocol ([`protocol`]) and the
-//! node configuration file ([`config`]), and dropping capabilities ([`privileges`]). No I/O
-//! beyond reading a config file.
+//! node configuration file ([`config`]). No I/O beyond reading a config file.
 
 pub mod config;
-pub mod privileges;
 pub mod protocol;
 pub mod quantity;
 pub mod request;

@@ -64,19 +64,19 @@ fn run(cli: Cli) -> Result<()> {
     }
     // Before NVML or any thread: capabilities are per thread (docs/privileges.md).
     let keep = gpuslice_arbiter::privileges::keep_for(&config);
-    match gpuslice_api::privileges::restrict_to(&keep).context("dropping capabilities")? {
-        gpuslice_api::privileges::Restricted::NotRoot => {
+    match gpuslice_privileges::restrict_to(&keep).context("dropping capabilities")? {
+        gpuslice_privileges::Restricted::NotRoot => {
             tracing::debug!("not root: capabilities left as they are")
         }
-        gpuslice_api::privileges::Restricted::Dropped { kept, missing } => {
+        gpuslice_privileges::Restricted::Dropped { kept, missing } => {
             tracing::debug!(
                 "capabilities kept: {}; no_new_privs set",
-                gpuslice_api::privileges::names(&kept)
+                gpuslice_privileges::names(&kept)
             );
             if !missing.is_empty() {
                 tracing::warn!(
                     "capabilities wanted but not held: {}",
-                    gpuslice_api::privileges::names(&missing)
+                    gpuslice_privileges::names(&missing)
                 );
             }
         }

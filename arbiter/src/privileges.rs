@@ -16,7 +16,7 @@
 
 use std::net::SocketAddr;
 
-use gpuslice_api::privileges::Capability;
+use gpuslice_privileges::Capability;
 
 /// Always kept: CAP_SYS_PTRACE — reclaim reads `/proc/<pid>/ns/pid` of tenant processes to
 /// tell whether their pids are in its own namespace (measured: without it, a SIGKILLed tenant's
@@ -77,7 +77,7 @@ pub fn keep_for(config: &gpuslice_api::Config) -> Vec<Capability> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuslice_api::privileges::doc_table;
+    use gpuslice_privileges::doc_table;
 
     fn row(mode: &str) -> Vec<Capability> {
         let doc = include_str!("../../docs/privileges.md");

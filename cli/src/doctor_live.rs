@@ -121,10 +121,8 @@ pub fn socket_owner(path: &Path) -> Option<i32> {
 
 /// When process `pid` started.
 pub fn started_at(pid: i32) -> Option<SystemTime> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22 (starttime, clock ticks after boot) counts from the field after `(comm)`.
-    let after = stat.rsplit_once(')')?.1;
-    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let ticks = gpuslice_region::liveness::parse_stat(&stat)?.start;
     let btime: u64 = std::fs::read_to_string("/proc/stat")
         .ok()?
         .lines()

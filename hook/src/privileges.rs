@@ -6,7 +6,7 @@
 //! uid 0, which the hook is. Standalone mode (`--standalone create-runtime`, `prestart` and the
 //! internal `mount-slice` child it runs) enters the container's mount namespace and mounts.
 
-use gpuslice_api::privileges::Capability;
+use gpuslice_privileges::Capability;
 
 /// `create-runtime`, `poststop`: nothing.
 pub const KEEP: &[Capability] = &[];
@@ -29,7 +29,7 @@ pub const KEEP_STANDALONE: &[Capability] = &[
 /// `GPUSLICE_HOOK_DEBUG` is set (the hook has no logger; runtimes show its stderr on failure).
 pub fn restrict(standalone: bool) -> anyhow::Result<()> {
     use anyhow::Context;
-    use gpuslice_api::privileges::{names, restrict_to, Restricted};
+    use gpuslice_privileges::{names, restrict_to, Restricted};
     let keep = if standalone { KEEP_STANDALONE } else { KEEP };
     let done = restrict_to(keep).context("dropping capabilities")?;
     if std::env::var_os("GPUSLICE_HOOK_DEBUG").is_some() {
@@ -48,7 +48,7 @@ pub fn restrict(standalone: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuslice_api::privileges::doc_table;
+    use gpuslice_privileges::doc_table;
 
     fn row(mode: &str) -> Vec<Capability> {
         let doc = include_str!("../../docs/privileges.md");

@@ -4,10 +4,10 @@
 //! device nodes NVML opens (0666) — none of which takes a capability. Called first thing in
 //! `main`, before NVML or the async runtime start any thread (`docs/privileges.md`).
 
-use gpuslice_api::privileges::{names, restrict_to, Restricted};
+use gpuslice_privileges::{names, restrict_to, Restricted};
 
 /// Capabilities `gpuslice-kubelet-plugin` keeps: none.
-pub const KEEP: &[caps::Capability] = &[];
+pub const KEEP: &[gpuslice_privileges::Capability] = &[];
 
 /// Drops every capability and sets `no_new_privs` (as root; nothing otherwise).
 pub fn drop_all() -> anyhow::Result<()> {
@@ -23,7 +23,7 @@ pub fn drop_all() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuslice_api::privileges::doc_table;
+    use gpuslice_privileges::doc_table;
 
     #[test]
     fn the_privileges_table_says_none_for_both_modes() {
