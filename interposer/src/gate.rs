@@ -16,6 +16,10 @@
 //!   an event and a launch waits for the event `max_queue` launches back, so a revoke leaves at
 //!   most that many kernels to run. That wait comes *before* the lease check, so a revoke that
 //!   lands while a thread waits for its queue stops the launch.
+//! * Idle holder: while the slice holds a shared device, the gate thread waits for the newest
+//!   queue-bound event; once everything the process queued has completed, no thread is inside
+//!   a launch and none began for [`QUIET_LINGER`], it leaves the slice's `busy` word and the
+//!   arbiter hands the lease on at once when others wait (docs/scheduling.md, "Idle holders").
 
 use crate::log::Level;
 use crate::state::gate;
@@ -25,7 +29,7 @@ use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
 use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, MAX_DEVICES};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,6 +48,14 @@ const QUEUED_NS: u64 = 8_000_000;
 const UNKNOWN_BOUND: usize = 2;
 /// Intervals the launch length is the median of.
 const TIMING_RING: usize = 9;
+/// How long a process of the lease holder must have had nothing queued and launched nothing
+/// before its gate thread reports it quiet (`busy`): longer than the host gap between an
+/// application's synchronisation returning and its next launch, so a launch-and-synchronise
+/// loop is not taken for an idle tenant. See docs/scheduling.md, "Idle holders".
+const QUIET_LINGER: Duration = Duration::from_micros(200);
+/// Longest typical launch for which a revoked process says `near` (early hand-off) while its
+/// last launch still runs; longer launches hand on when drained.
+const NEAR_MAX_LAUNCH_NS: u64 = 2_000_000;
 
 thread_local! {
     /// (lease word, entry) of this thread's last slow path and the streams seen under it.
@@ -61,6 +73,12 @@ struct Entry {
     neared: AtomicU32,
     /// Gate thread running (reset in a forked child).
     thread: AtomicBool,
+    /// Grant under which this process counts itself in the slice's `busy` word (0: quiet).
+    busy: AtomicU32,
+    /// Launches begun (wrapping): the gate thread's quiet check sees whether one began.
+    seq: AtomicU32,
+    /// Threads between the start of a bounded launch and its queue-bound event.
+    launching: AtomicU32,
     /// (grant, stream, context) launched on.
     streams: Mutex<Vec<(u32, usize, usize)>>,
     /// Queue-bound events (event, grant recorded under), oldest first.
@@ -92,6 +110,9 @@ const ENTRY: Entry = Entry {
     drained: AtomicU32::new(0),
     neared: AtomicU32::new(0),
     thread: AtomicBool::new(false),
+    busy: AtomicU32::new(0),
+    seq: AtomicU32::new(0),
+    launching: AtomicU32::new(0),
     streams: Mutex::new(Vec::new()),
     events: Mutex::new(VecDeque::new()),
     spare: Mutex::new(Vec::new()),
@@ -115,19 +136,28 @@ fn entry_of(g: &crate::state::Gate) -> Option<usize> {
     crate::cuda::current_device().and_then(|d| g.entry(d))
 }
 
-/// Called before the real launch; `Err` is returned to the caller instead of launching.
+/// Called before the real launch; `Err` is returned to the caller instead of launching. `Ok(true)`:
+/// the launch is counted in the quiet check (a bounded launch), and [`after_launch`] must be
+/// given `true`.
 #[inline(always)]
-pub(crate) fn before_launch(stream: CUstream) -> Result<(), CUresult> {
-    let Some(g) = gate() else { return Ok(()) };
-    let Some(e) = entry_of(g) else { return Ok(()) };
+pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
+    let Some(g) = gate() else { return Ok(false) };
+    let Some(e) = entry_of(g) else {
+        return Ok(false);
+    };
     let Some(word) = g.slice.lease.word(e) else {
-        return Ok(());
+        return Ok(false);
     };
     // The queue bound may block for a kernel; it comes before the lease check so that a
     // revoke during that wait is seen (otherwise the launch would slip into the next holder's
-    // lease, uncharged, after this slice's drain was reported).
+    // lease, uncharged, after this slice's drain was reported). A thread waiting there is
+    // about to launch: it counts as launching, so its process is not reported quiet.
     let mq = g.slice.lease.max_queue(e);
-    if mq > 0 {
+    let counted = mq > 0;
+    if counted {
+        let ent = &ENTRIES[e];
+        ent.launching.fetch_add(1, SeqCst);
+        ent.seq.fetch_add(1, SeqCst);
         bound_queue(e, mq as usize);
     }
     let mut w = word.load();
@@ -135,13 +165,16 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<(), CUresult> {
         w = wait_for_lease(g, e);
     }
     if w & LEASE_UNGATED != 0 {
-        return Ok(());
+        return Ok(counted);
     }
     let s = stream as usize;
     if LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
         held_slow(g, e, w, s);
     }
-    Ok(())
+    if counted {
+        mark_busy(g, e);
+    }
+    Ok(counted)
 }
 
 /// A lease word that lets a launch through.
@@ -150,13 +183,40 @@ fn may_launch(w: u32) -> bool {
     w & (LEASE_HELD | LEASE_UNGATED) != 0
 }
 
-/// Called after the real launch returned.
+/// Called after the real launch returned, with what [`before_launch`] returned.
 #[inline(always)]
-pub(crate) fn after_launch(stream: CUstream) {
+pub(crate) fn after_launch(stream: CUstream, counted: bool) {
     let Some(g) = gate() else { return };
     let Some(e) = entry_of(g) else { return };
     if g.slice.lease.max_queue(e) > 0 {
         record_bound_event(e, stream);
+    }
+    if counted {
+        ENTRIES[e].launching.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Counts this process in the slice's `busy` word under the current grant, once per quiet
+/// spell (the launch that ends it), and wakes a gate thread waiting on that word.
+#[inline(always)]
+fn mark_busy(g: &crate::state::Gate, e: usize) {
+    let ent = &ENTRIES[e];
+    let grant = g.slice.lease.grant(e);
+    // `seq` was raised (SeqCst) before this load: a gate thread that clears `busy` after it
+    // sees the raise and marks the process busy again itself (see `watch_quiet`).
+    if grant == 0 || ent.busy.load(SeqCst) == grant {
+        return;
+    }
+    set_busy(g, e, grant);
+}
+
+#[cold]
+fn set_busy(g: &crate::state::Gate, e: usize, grant: u32) {
+    if ENTRIES[e].busy.swap(grant, SeqCst) != grant {
+        if let Some(words) = g.slice.usage.gate_words(e) {
+            add_pending(words.busy, grant);
+            futex_wake(words.busy.as_ptr().cast::<u32>());
+        }
     }
 }
 
@@ -267,6 +327,63 @@ fn futex_wait(addr: *const u32, val: u32, timeout: Duration) {
     }
 }
 
+/// Waits until the word at `a` is no longer `va` or the one at `b` no longer `vb` (woken),
+/// at most 1 s (`futex_waitv`; before Linux 5.16, a wait on `a` alone of at most 20 ms).
+fn futex_wait2(a: *const u32, va: u32, b: *const u32, vb: u32) {
+    #[repr(C)]
+    struct Waitv {
+        val: u64,
+        uaddr: u64,
+        flags: u32,
+        reserved: u32,
+    }
+    const FUTEX_32: u32 = 2;
+    static NO_WAITV: AtomicBool = AtomicBool::new(false);
+    if !NO_WAITV.load(Relaxed) {
+        let v = [
+            Waitv {
+                val: u64::from(va),
+                uaddr: a as u64,
+                flags: FUTEX_32,
+                reserved: 0,
+            },
+            Waitv {
+                val: u64::from(vb),
+                uaddr: b as u64,
+                flags: FUTEX_32,
+                reserved: 0,
+            },
+        ];
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec += 1;
+        // SAFETY: two valid entries naming live words of shared mappings the process-wide gate
+        // state holds; the kernel only reads them; `ts` is an absolute CLOCK_MONOTONIC time
+        // that outlives the call.
+        let rc = unsafe {
+            libc::syscall(
+                449 as libc::c_long,
+                v.as_ptr(),
+                2 as libc::c_uint,
+                0u32,
+                &ts as *const libc::timespec,
+                libc::CLOCK_MONOTONIC,
+            )
+        };
+        let err = std::io::Error::last_os_error().raw_os_error();
+        if rc >= 0 || matches!(err, Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR)) {
+            return;
+        }
+        // ENOSYS (before 5.16), or refused by a seccomp filter: one word, timed.
+        NO_WAITV.store(true, Relaxed);
+    }
+    futex_wait(a, va, Duration::from_millis(20));
+}
+
 fn futex_wake(addr: *const u32) {
     // SAFETY: FUTEX_WAKE uses the address of a live mapped word as a key only.
     unsafe {
@@ -290,6 +407,8 @@ extern "C" fn after_fork_child() {
         ent.registered.store(0, Relaxed);
         ent.drained.store(0, Relaxed);
         ent.neared.store(0, Relaxed);
+        ent.busy.store(0, Relaxed);
+        ent.launching.store(0, Relaxed);
         if let Ok(mut v) = ent.streams.try_lock() {
             v.clear();
         }
@@ -316,6 +435,11 @@ extern "C" fn at_exit() {
             continue;
         }
         if let Some(words) = g.slice.usage.gate_words(e) {
+            let busy = ent.busy.swap(0, SeqCst);
+            if busy != 0 {
+                remove_pending(words.busy, busy);
+                futex_wake(words.busy.as_ptr().cast::<u32>());
+            }
             leave_near(ent, &words, grant);
             remove_pending(words.pending, grant);
             futex_wake(words.pending.as_ptr().cast::<u32>());
@@ -359,14 +483,23 @@ fn gate_thread(e: usize) {
         {
             // Early hand-off: once at most this process's last kernel is left, say so (the
             // arbiter grants the next slice while it runs, hiding the wake-ups of a hand-off).
-            if let Some(ev) = second_newest_event(e) {
-                if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R) {
-                    // SAFETY: `ev` is a live queue-bound event of this process (events are
-                    // recycled only after launches, which wait while the lease is revoked).
-                    unsafe { sync(ev as CUevent) };
+            // Only while its launches are short: the last launch overlaps the next holder's
+            // first ones and is charged to this slice up to its end, which is fair for a
+            // kernel of a millisecond or two but not for a 100 ms graph or a 50 ms kernel (on
+            // a time-slicing GPU it would run at half speed beside the next holder and be
+            // charged twice its length): those hand on when drained.
+            let early = launch_ns(e).is_some_and(|l| l <= NEAR_MAX_LAUNCH_NS);
+            if early {
+                if let Some(ev) = second_newest_event(e) {
+                    if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R)
+                    {
+                        // SAFETY: `ev` is a live queue-bound event of this process (events
+                        // are recycled, never destroyed once recorded).
+                        unsafe { sync(ev as CUevent) };
+                    }
                 }
+                leave_near(ent, &words, grant);
             }
-            leave_near(ent, &words, grant);
             let mine: Vec<(u32, usize, usize)> = match ent.streams.lock() {
                 Ok(mut v) => {
                     let (take, keep) = v.drain(..).partition(|&(gr, _, _)| gr == grant);
@@ -378,13 +511,102 @@ fn gate_thread(e: usize) {
             for (_, s, ctx) in mine {
                 drain(s, ctx);
             }
+            leave_near(ent, &words, grant);
             ent.drained.store(grant, Release);
             remove_pending(words.pending, grant);
             // The low half of `pending` is the arbiter's futex word.
             futex_wake(words.pending.as_ptr().cast::<u32>());
             continue;
         }
+        if w & LEASE_HELD != 0 && g.slice.lease.max_queue(e) > 0 {
+            let grant = g.slice.lease.grant(e);
+            if grant != 0 && ent.busy.load(SeqCst) == grant {
+                watch_quiet(g, e, &words, &word, grant);
+                continue;
+            }
+            // Quiet: sleep until the next launch raises `busy` (and wakes it) or the lease
+            // word changes (a revoke).
+            let cur = words.busy.load(SeqCst) as u32;
+            if ent.busy.load(SeqCst) != grant {
+                futex_wait2(word.as_ptr(), w, words.busy.as_ptr().cast::<u32>(), cur);
+            }
+            continue;
+        }
         futex_wait(word.as_ptr(), w, Duration::from_secs(1));
+    }
+}
+
+/// While this process holds the lease (word `w`… under `grant`) and counts itself busy: waits
+/// until everything it queued has completed and no thread of it is launching, then for
+/// [`QUIET_LINGER`] without a launch, and then leaves the slice's `busy` word (waking the
+/// arbiter, which hands an idle lease on at once when others wait). Returns when the process
+/// went quiet or the lease moved.
+fn watch_quiet(
+    g: &crate::state::Gate,
+    e: usize,
+    words: &gpuslice_region::GateWords<'_>,
+    word: &gpuslice_region::LeaseWord<'_>,
+    grant: u32,
+) {
+    let ent = &ENTRIES[e];
+    let held = || word.load() & LEASE_HELD != 0 && g.slice.lease.grant(e) == grant;
+    let sync = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R);
+    let query = crate::real!(cuda_sym cuEventQuery: fn(CUevent) -> R);
+    let mut snap: Vec<usize> = Vec::new();
+    loop {
+        if !held() {
+            return;
+        }
+        let s0 = ent.seq.load(SeqCst);
+        snap.clear();
+        if let Ok(q) = ent.events.lock() {
+            snap.extend(q.iter().map(|&(ev, _)| ev));
+        }
+        // The newest first (one wait per queue's worth of work, not one per launch: with 64
+        // queued 50 µs kernels this thread wakes every 3 ms, not every 50 µs), then the others
+        // (other streams) without blocking unless one is still running.
+        if let (Some(sync), Some(&newest)) = (sync, snap.last()) {
+            // SAFETY: a queue-bound event of this process; events are only ever recycled
+            // (re-recorded), never destroyed once recorded, so the handle stays valid (a
+            // re-recorded one makes this wait for a later launch, which is harmless).
+            unsafe { sync(newest as CUevent) };
+            if ent.seq.load(SeqCst) != s0 {
+                continue;
+            }
+            for &ev in &snap[..snap.len() - 1] {
+                // SAFETY: as above.
+                if query.is_some_and(|q| unsafe { q(ev as CUevent) } == CUDA_ERROR_NOT_READY) {
+                    // SAFETY: as above.
+                    unsafe { sync(ev as CUevent) };
+                }
+            }
+        }
+        if ent.seq.load(SeqCst) != s0 {
+            continue;
+        }
+        if ent.launching.load(SeqCst) > 0 {
+            // A thread is between the gate and its queue-bound event (or the driver call).
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        }
+        std::thread::sleep(QUIET_LINGER);
+        if ent.seq.load(SeqCst) != s0 || ent.launching.load(SeqCst) > 0 || !held() {
+            continue;
+        }
+        if ent.busy.compare_exchange(grant, 0, SeqCst, SeqCst).is_err() {
+            return;
+        }
+        remove_pending(words.busy, grant);
+        futex_wake(words.busy.as_ptr().cast::<u32>());
+        // A launch that began after the last look may have seen `busy` still set and not
+        // counted itself: count it back.
+        if ent.seq.load(SeqCst) != s0 || ent.launching.load(SeqCst) > 0 {
+            if ent.busy.swap(grant, SeqCst) != grant {
+                add_pending(words.busy, grant);
+            }
+            continue;
+        }
+        return;
     }
 }
 
@@ -463,38 +685,43 @@ fn bound_queue(e: usize, max: usize) {
     }
 }
 
-/// The queue bound of entry `e` now.
-fn queue_bound(e: usize, max: usize) -> usize {
-    let Ok(t) = ENTRIES[e].timing.lock() else {
-        return max.min(UNKNOWN_BOUND);
-    };
+/// The typical device time of one launch of entry `e` (median of the recent intervals), ns;
+/// `None` while fewer than two are known.
+fn launch_ns(e: usize) -> Option<u64> {
+    let t = ENTRIES[e].timing.lock().ok()?;
     if t.len < 2 {
-        return max.min(UNKNOWN_BOUND);
+        return None;
     }
     let mut v = t.ring;
     let v = &mut v[..t.len];
     v.sort_unstable();
-    let launch = v[v.len() / 2].max(1);
-    ((QUEUED_NS / launch) as usize).clamp(1, max.max(1))
+    Some(v[v.len() / 2].max(1))
+}
+
+/// The queue bound of entry `e` now.
+fn queue_bound(e: usize, max: usize) -> usize {
+    match launch_ns(e) {
+        Some(launch) => ((QUEUED_NS / launch) as usize).clamp(1, max.max(1)),
+        None => max.min(UNKNOWN_BOUND),
+    }
 }
 
 /// Event `ev` (recorded under `grant`) completed: learn the device time since the previous
-/// completed one under the same grant (launches of one lease follow each other on the device
-/// while the queue is not empty) and recycle the previous one.
+/// completed one and recycle the previous one. Launches of one lease follow each other on
+/// the device while the queue is not empty, so the interval is one launch; across a gap (the
+/// queue ran dry, or another slice's lease came between) it is longer, which only lowers the
+/// bound, and the median keeps a few such intervals out. One launch per lease (a 100 ms graph
+/// beside a 5 ms quantum) is learnt that way too.
 fn completed(e: usize, ev: usize, grant: u32) {
     let ent = &ENTRIES[e];
     let prev = match ent.timing.lock() {
         Ok(mut t) => {
             let prev = t.last.replace((ev, grant));
-            if let Some((p, pg)) = prev {
-                if pg == grant {
-                    if let Some(ns) = elapsed_ns(p, ev) {
-                        let i = t.next;
-                        t.ring[i] = ns;
-                        t.next = (i + 1) % TIMING_RING;
-                        t.len = (t.len + 1).min(TIMING_RING);
-                    }
-                }
+            if let Some(ns) = prev.and_then(|(p, _)| elapsed_ns(p, ev)) {
+                let i = t.next;
+                t.ring[i] = ns;
+                t.next = (i + 1) % TIMING_RING;
+                t.len = (t.len + 1).min(TIMING_RING);
             }
             prev.map(|(p, _)| p)
         }
@@ -535,8 +762,14 @@ fn record_bound_event(e: usize, stream: CUstream) {
     }
     // SAFETY: `ev` is live; `stream` is the stream the caller just launched on.
     if unsafe { record(ev, stream) } != CUDA_SUCCESS {
-        if let Some(destroy) = crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R) {
-            // SAFETY: `ev` is live and destroyed once.
+        if reuse.is_some() {
+            // Recorded before: the gate thread may still wait on it, so it is kept, not
+            // destroyed.
+            if let Ok(mut v) = ENTRIES[e].spare.lock() {
+                v.push(ev as usize);
+            }
+        } else if let Some(destroy) = crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R) {
+            // SAFETY: `ev` was just created, never recorded nor seen by anyone; destroyed once.
             unsafe { destroy(ev) };
         }
         return;

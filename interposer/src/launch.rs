@@ -17,11 +17,12 @@ type R = CUresult;
 /// Runs `launch` between the gate's hooks.
 #[inline(always)]
 fn gated_launch(stream: CUstream, launch: impl FnOnce() -> R) -> R {
-    if let Err(e) = before_launch(stream) {
-        return e;
-    }
+    let counted = match before_launch(stream) {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     let r = launch();
-    after_launch(stream);
+    after_launch(stream, counted);
     r
 }
 

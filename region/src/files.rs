@@ -369,6 +369,8 @@ pub struct GateWords<'a> {
     pub pending: &'a AtomicU64,
     /// `(grant << 32) | processes` with more than their last kernel still queued.
     pub near: &'a AtomicU64,
+    /// `(grant << 32) | processes` with work queued or a launch in progress.
+    pub busy: &'a AtomicU64,
 }
 
 /// A copy of one device's scheduler words from `usage`, as the arbiter reads them. Hostile:
@@ -383,6 +385,8 @@ pub struct SchedSample {
     pub pending: u64,
     /// `(grant << 32) | processes` with more than their last kernel still queued.
     pub near: u64,
+    /// `(grant << 32) | processes` with work queued or a launch in progress.
+    pub busy: u64,
 }
 
 /// One live process as read (and clamped) from `usage`.
@@ -541,6 +545,7 @@ impl Usage {
             seen: &d.seen,
             pending: &d.pending,
             near: &d.near,
+            busy: &d.busy,
         })
     }
 
@@ -555,6 +560,7 @@ impl Usage {
                 seen: d.seen.load(Acquire),
                 pending: d.pending.load(Acquire),
                 near: d.near.load(Acquire),
+                busy: d.busy.load(Acquire),
             })
     }
 
@@ -567,6 +573,15 @@ impl Usage {
                 d.pending.as_ptr().cast::<u32>().cast_const(),
             )
         })
+    }
+
+    /// Address of the low (count) half of device `dev`'s `busy` word, for `futex` waits.
+    pub fn busy_futex(&self, dev: usize) -> Option<*const u32> {
+        self.map
+            .get()
+            .devices
+            .get(dev)
+            .map(|d| d.busy.as_ptr().cast::<u32>().cast_const())
     }
 
     /// Bytes the slice holds on `dev` (0 beyond the slice's devices).

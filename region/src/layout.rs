@@ -201,8 +201,14 @@ pub struct DeviceUsage {
     /// the arbiter grants the next slice while that last kernel runs (an early hand-off); zero
     /// for another grant (an older gate never writes it) means no early hand-off.
     pub near: AtomicU64,
+    /// Scheduler: `(grant << 32) | processes` of the slice that, under `grant`, have work
+    /// queued on the device or a thread inside a launch. A process adds itself on its first
+    /// launch after being quiet and removes itself once everything it queued has completed
+    /// and it launched nothing for a short linger. At 0 for the current grant the holder is
+    /// idle and the arbiter hands the lease on at once when others wait (issue 14).
+    pub busy: AtomicU64,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 3],
 }
 
 /// `ProcRecord::state` low byte values.

@@ -196,18 +196,20 @@ impl Loop {
                 Decision::Revoke => {
                     // Hand on early only when someone waits to be granted.
                     let others = self.policy.anyone_waiting_but_holder();
+                    if self.policy.revoke_was_quiet() && others {
+                        // An idle holder has nothing queued: the next slice is granted at
+                        // once and this one's (empty) drain is reported in the background,
+                        // charged to it up to the report (the next holder from there on).
+                        self.hand_on_now();
+                        continue;
+                    }
                     self.revoke_holder_early(others && early_handoff());
                     continue;
                 }
                 Decision::Preempt => {
                     // Finish any earlier drain first (bounded), then let the high-priority
                     // slice in at once; this holder's overrun is charged when it reports.
-                    self.check_drain(true);
-                    if let Some(d) = self.revoke_start() {
-                        self.policy.preempted(d.start);
-                        self.free_since = Some(d.start);
-                        self.draining = Some(d);
-                    }
+                    self.hand_on_now();
                     continue;
                 }
                 Decision::Keep { renew, wake_at } => {
@@ -349,10 +351,17 @@ impl Loop {
             let rt = &self.rt[i];
             let s = rt.usage.sched_sample(rt.entry);
             let word = rt.word().load(Relaxed);
+            let grant = rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed));
             let obs = Observation {
                 // An absurd count is no thread count: written by something else, read as idle.
                 waiting: s.demand > 0 && s.demand <= MAX_DEMAND,
                 active: holder == Some(i) && s.seen == word,
+                // Every process of the holder that launched under this grant is idle (another
+                // grant's tag, as an older gate leaves it, never reads as quiet).
+                quiet: holder == Some(i)
+                    && grant != 0
+                    && (s.busy >> 32) as u32 == grant
+                    && s.busy as u32 == 0,
             };
             self.policy.observe(i, obs, now);
         }
@@ -386,6 +395,18 @@ impl Loop {
         }
         self.policy.granted(i, now);
         self.active_until = now + 11_000_000_000;
+    }
+
+    /// Finishes any earlier drain (bounded), revokes the holder and lets the next slice be
+    /// granted at once: the holder's drain goes on in the background and is charged to it up
+    /// to its report, the next holder from there on ([`Policy::preempted`]).
+    fn hand_on_now(&mut self) {
+        self.check_drain(true);
+        if let Some(d) = self.revoke_start() {
+            self.policy.preempted(d.start);
+            self.free_since = Some(d.start);
+            self.draining = Some(d);
+        }
     }
 
     /// Clears the holder's `HELD`, wakes its gate threads; the drain to wait for.
@@ -633,6 +654,18 @@ impl Loop {
                         },
                     );
                 }
+            }
+        }
+        // The holder's gate lowering `busy` to 0 (idle) wakes the loop, which hands the lease
+        // on at once if others wait. Last, so that on a device with more slices than one wait
+        // holds it is the word left out (the activity check then finds the idle holder).
+        if let Some(rt) = holder.map(|h| &self.rt[h]) {
+            if let Some(b) = rt.usage.busy_futex(rt.entry) {
+                words.push(WaitWord {
+                    addr: b,
+                    val: rt.usage.sched_sample(rt.entry).busy as u32,
+                    private: false,
+                });
             }
         }
         // Slices beyond the first OWN_WORDS are watched by helper threads.

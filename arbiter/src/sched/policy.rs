@@ -53,6 +53,10 @@ pub struct Observation {
     pub waiting: bool,
     /// The slice launched since its lease was granted or last renewed (holder only).
     pub active: bool,
+    /// Holder only: every process of the slice that launched under the current grant has had
+    /// nothing queued and launched nothing for a short linger (the gate's `busy` word is 0
+    /// for the grant). An idle holder: its lease is handed on at once when others wait.
+    pub quiet: bool,
 }
 
 /// What the loop must do now.
@@ -175,6 +179,10 @@ pub struct Policy {
     overlap_open: bool,
     /// Grants to a slice other than the previous holder.
     pub handoffs: u64,
+    /// The last [`Decision::Revoke`] was for an idle (quiet) holder ([`Policy::revoke_was_quiet`]).
+    quiet_revoke: bool,
+    /// Revokes of idle holders (status and tests).
+    pub quiet_revokes: u64,
 }
 
 impl Policy {
@@ -189,6 +197,8 @@ impl Policy {
             last_holder: None,
             overlap_open: false,
             handoffs: 0,
+            quiet_revoke: false,
+            quiet_revokes: 0,
         }
     }
 
@@ -357,6 +367,7 @@ impl Policy {
         let obs = Observation {
             waiting: obs.waiting && (holder == Some(i) || now >= s.backoff_until),
             active: obs.active,
+            quiet: obs.quiet && holder == Some(i),
         };
         if s.obs.waiting && holder != Some(i) {
             s.wait_ns += dt;
@@ -403,8 +414,21 @@ impl Policy {
             .min_by(|&a, &b| self.slices[a].vtime.total_cmp(&self.slices[b].vtime))
     }
 
+    /// Whether the last [`Decision::Revoke`] was for an idle holder (nothing queued, nothing
+    /// launched for the gate's linger): the loop then grants the next slice without waiting
+    /// for the drain report, as after a priority preemption ([`Policy::preempted`]). Reading it
+    /// clears it.
+    pub fn revoke_was_quiet(&mut self) -> bool {
+        let q = std::mem::take(&mut self.quiet_revoke);
+        if q {
+            self.quiet_revokes += 1;
+        }
+        q
+    }
+
     /// The decision at `now`.
     pub fn decide(&mut self, now: u64) -> Decision {
+        self.quiet_revoke = false;
         let Some(mut h) = self.holder else {
             return match self.pick(now) {
                 Some(i) => Decision::Grant(i),
@@ -464,6 +488,15 @@ impl Policy {
         if obs.active && !h.progress {
             h.progress = true;
             self.slices[me].strikes = 0;
+        }
+        // An idle holder (it launched, everything it queued has completed, and it launched
+        // nothing since for the gate's linger) gives the lease up at once when others wait,
+        // instead of at the next activity check (2.5–5 ms of idle device per lease with a
+        // 5 ms quantum): the loop hands on without waiting for its (empty) drain.
+        if obs.quiet && h.progress && !obs.waiting && !others.is_empty() {
+            self.holder = Some(h);
+            self.quiet_revoke = true;
+            return Decision::Revoke;
         }
         if now.saturating_sub(h.checked_at) >= check_every {
             // Claimed demand counts as activity once per lease, before any progress, and only
@@ -754,11 +787,13 @@ mod tests {
                     Observation {
                         waiting: true,
                         active: false,
+                        quiet: false,
                     }
                 } else {
                     Observation {
                         waiting: d && h != Some(i),
                         active: d && h == Some(i),
+                        quiet: false,
                     }
                 };
                 self.p.observe(i, obs, self.now);
@@ -867,6 +902,7 @@ mod tests {
         let lie = Observation {
             waiting: true,
             active: false,
+            quiet: false,
         };
         let look = |p: &mut Policy, h_obs: Observation, now: u64| {
             p.observe(h, h_obs, now);
@@ -894,6 +930,7 @@ mod tests {
             Observation {
                 waiting: false,
                 active: true,
+                quiet: false,
             },
             q + 2,
         );
@@ -940,6 +977,7 @@ mod tests {
             Observation {
                 waiting: false,
                 active: true,
+                quiet: false,
             },
             now + 1,
         );
@@ -1083,6 +1121,7 @@ mod tests {
             Observation {
                 waiting: true,
                 active: false,
+                quiet: false,
             },
             0,
         );
@@ -1094,6 +1133,7 @@ mod tests {
             Observation {
                 waiting: true,
                 active: false,
+                quiet: false,
             },
             MS,
         );
@@ -1125,10 +1165,12 @@ mod tests {
         let waiting = Observation {
             waiting: true,
             active: false,
+            quiet: false,
         };
         let busy = Observation {
             waiting: false,
             active: true,
+            quiet: false,
         };
         let mut now = 0;
         let mut t = 0u64;
@@ -1185,6 +1227,80 @@ mod tests {
         assert!(p.slices()[hi].charged_ns >= rounds * 3 * MS);
     }
 
+    /// An idle holder (the gate reports it quiet: it launched, its work completed, nothing
+    /// launched for the linger) is revoked at once when another slice waits — not at the next
+    /// activity check — and the loop is told so; it keeps the lease while nobody waits, and a
+    /// quiet word without any launch under the lease (a claim, not progress) does not count.
+    /// Charging stays exact: the holder pays up to the revoke, then its (background) drain,
+    /// and the next holder only from the drain report on.
+    #[test]
+    fn quiet_holder_is_revoked_at_once_when_others_wait() {
+        let q = 5 * MS;
+        let mut p = Policy::new(q);
+        let s = p.set_slice("s", g(50), 0);
+        let r = p.set_slice("r", g(20), 0);
+        let obs = |waiting, active, quiet| Observation {
+            waiting,
+            active,
+            quiet,
+        };
+        let look = |p: &mut Policy, ro: Observation, so: Observation, now: u64| {
+            p.observe(r, ro, now);
+            p.observe(s, so, now);
+            p.observed(now);
+        };
+        p.granted(r, 0);
+        // Quiet claimed before any launch under this lease: kept.
+        look(
+            &mut p,
+            obs(false, false, true),
+            obs(true, false, false),
+            MS / 10,
+        );
+        assert!(matches!(p.decide(MS / 10), Decision::Keep { .. }));
+        assert!(!p.revoke_was_quiet());
+        // It launches (seen active), then goes quiet 1.2 ms in while s waits: revoked then,
+        // long before the first activity check at half a quantum.
+        look(&mut p, obs(false, true, false), obs(true, false, false), MS);
+        assert!(matches!(p.decide(MS), Decision::Keep { .. }));
+        let t = MS + MS / 5;
+        look(&mut p, obs(false, true, true), obs(true, false, false), t);
+        assert_eq!(p.decide(t), Decision::Revoke);
+        assert!(p.revoke_was_quiet());
+        assert!(!p.revoke_was_quiet(), "reading clears it");
+        assert_eq!(p.quiet_revokes, 1);
+        // The loop hands on at once; r's (empty) drain is reported 300 µs later.
+        p.preempted(t);
+        look(&mut p, obs(false, false, false), obs(true, false, false), t);
+        assert_eq!(p.decide(t), Decision::Grant(s));
+        p.granted(s, t);
+        p.overrun(r, t, t + 300_000, false);
+        assert_eq!(p.slices()[r].charged_ns, t + 300_000);
+        let end = t + 3 * MS;
+        look(
+            &mut p,
+            obs(false, false, false),
+            obs(false, true, false),
+            end,
+        );
+        p.decide(end);
+        assert_eq!(p.slices()[s].charged_ns, end - (t + 300_000));
+        // Quiet with nobody waiting: kept.
+        let mut p = Policy::new(q);
+        let s = p.set_slice("s", g(50), 0);
+        let r = p.set_slice("r", g(20), 0);
+        p.granted(r, 0);
+        p.observe(r, obs(false, true, false), MS);
+        p.observe(s, obs(false, false, false), MS);
+        p.observed(MS);
+        p.decide(MS);
+        p.observe(r, obs(false, false, true), 2 * MS);
+        p.observe(s, obs(false, false, false), 2 * MS);
+        p.observed(2 * MS);
+        assert!(matches!(p.decide(2 * MS), Decision::Keep { .. }));
+        assert!(!p.revoke_was_quiet());
+    }
+
     /// An idle holder's time goes to a waiting slice within one quantum: activity is checked
     /// every half quantum while others wait, and a holder that launched nothing since the last
     /// check is revoked. Worst case: it stops just after a check (the next check still sees
@@ -1208,6 +1324,7 @@ mod tests {
                     Observation {
                         waiting: false,
                         active: active && now > renewed_at,
+                        quiet: false,
                     },
                     now,
                 );
@@ -1216,6 +1333,7 @@ mod tests {
                     Observation {
                         waiting: true,
                         active: false,
+                        quiet: false,
                     },
                     now,
                 );
@@ -1241,12 +1359,14 @@ mod tests {
         let busy = Observation {
             waiting: false,
             active: true,
+            quiet: false,
         };
         p.observe(
             a,
             Observation {
                 waiting: true,
                 active: false,
+                quiet: false,
             },
             0,
         );
@@ -1289,6 +1409,7 @@ mod tests {
         let w = Observation {
             waiting: true,
             active: true,
+            quiet: false,
         };
         while now < 20_000 * MS {
             p.observe(a, w, now);
@@ -1325,10 +1446,12 @@ mod tests {
         let w = Observation {
             waiting: true,
             active: false,
+            quiet: false,
         };
         let act = Observation {
             waiting: false,
             active: true,
+            quiet: false,
         };
         p.granted(a, 0);
         p.preempted(5 * MS);
