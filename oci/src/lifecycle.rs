@@ -1,9 +1,10 @@
-//! The slice's lifecycle as `gpuslice-runtime` drives it itself, without hook processes: after a
-//! successful `create` it binds the container's pid (from runc's `--pid-file`) and cgroup to the
-//! slice, and after a successful `delete` it releases the slice. This is what the
-//! `createRuntime` / `poststop` hooks do, minus two process starts per container
-//! (`docs/benchmarks.md`, Container start). The hooks stay for every path where the runtime
-//! does not see both calls (`run`, a `create` without `--pid-file`, the shim v2 path, CDI).
+//! The slice's lifecycle as `gpuslice-runtime` and `containerd-shim-gpuslice-v2` drive it
+//! themselves, without hook processes: after a successful `create` they bind the container's pid
+//! (from runc's `--pid-file`, or the shim's `CreateTaskResponse`) and cgroup to the slice, and
+//! after a successful `delete` they release the slice. This is what the `createRuntime` /
+//! `poststop` hooks do, minus two process starts per container (`docs/benchmarks.md`, Container
+//! start). The hooks stay for every path where no gpuslice process sees both calls (`run`, a
+//! `create` without `--pid-file`, CDI).
 
 use std::path::{Path, PathBuf};
 
@@ -82,6 +83,16 @@ pub fn bind_created(
     pid_file: &Path,
 ) -> Result<Option<String>, BindError> {
     let pid = read_pid_file(pid_file)?;
+    bind_pid(settings, slice_id, pid)
+}
+
+/// Binds `slice_id` to the container whose init is host process `pid` (and its cgroup). An
+/// arbiter that does not serve `bind` is not an error: its message is returned for a warning.
+pub fn bind_pid(
+    settings: &Settings,
+    slice_id: &str,
+    pid: u32,
+) -> Result<Option<String>, BindError> {
     let cgroup = cgroup_of(Path::new("/proc"), pid);
     let arbiter = |source| BindError::Arbiter {
         slice_id: slice_id.to_string(),

@@ -6,6 +6,9 @@
 //! task creation with a message naming key and value, and afterwards the state directory, mount
 //! table and process list (runc-v2 shims and our proxies included) are as before.
 //!
+//! The proxy binds the slice to the container's pid and cgroup itself at `Create` (no hook
+//! processes on this path): the container reads both in its slice's `owner.json`.
+//!
 //! Further, on the shim path: an image with its own `/etc/ld.so.preload` keeps its entries after
 //! the interposer (read from the root filesystem runc-v2 mounted during `Create`), and with the
 //! arbiter down the creation fails closed naming the arbiter, leaving no container, slice,
@@ -83,6 +86,25 @@ fn shimv2(series: &str) -> anyhow::Result<()> {
         .map_err(|e| e.context(ctd.log_tail(40)))?;
     println!("containerd {series}, {RUNTIME}, gpuslice.io/memory=1Gi:\n{out}");
     assert_one_gib_slice(&out)?;
+
+    // Bound at Create by the proxy itself (no createRuntime hook process on this path): the
+    // slice's owner record names the container's host pid and cgroup before it starts.
+    let mut run = spec(&node, &[("gpuslice.io/memory", "1Gi")]);
+    run.args = ["/bin/cat", "/run/gpuslice/owner.json"]
+        .map(String::from)
+        .to_vec();
+    let out = ctr_run(&ctd, "e2e-v2-bound", &run)?;
+    let out = stdout_ok(
+        &format!("ctr run --runtime {RUNTIME} ({series}, owner)"),
+        &out,
+    )
+    .map_err(|e| e.context(ctd.log_tail(40)))?;
+    let owner: serde_json::Value =
+        serde_json::from_str(out.trim()).map_err(|e| anyhow::anyhow!("owner.json {out:?}: {e}"))?;
+    anyhow::ensure!(
+        owner["pid"].as_u64().is_some_and(|p| p > 1) && owner["cgroup"].is_string(),
+        "the slice is not bound to the container at start: {owner}"
+    );
 
     let out = ctr_run(&ctd, "e2e-v2-plain", &spec(&node, &[]))?;
     let out = stdout_ok(

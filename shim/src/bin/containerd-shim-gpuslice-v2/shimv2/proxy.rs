@@ -3,13 +3,16 @@
 //! only the service name is set to the Task API version runc-v2 announced), except:
 //!
 //! * `Create`: the bundle is prepared first (`gpuslice_oci::prepare_bundle`: request, admission, spec
-//!   edit; sandboxes and containers that ask for nothing untouched). A failure refuses the Create
-//!   with the library's message; runc-v2 never sees it. If runc-v2's Create then fails, a slice
-//!   admitted by this call is released.
+//!   edit; sandboxes and containers that ask for nothing untouched), without the lifecycle hooks:
+//!   the proxy binds and releases the slice itself. A failure refuses the Create with the
+//!   library's message; runc-v2 never sees it. If runc-v2's Create then fails, a slice admitted by
+//!   this call is released; if it succeeds, the slice is bound to the container's pid (from the
+//!   `CreateTaskResponse`) and cgroup.
 //!   After runc-v2's Create the image's own `/etc/ld.so.preload` entries are merged into the
 //!   slice's preload file ([`gpuslice_oci::late_preload`]).
 //! * `Delete` of a container (no exec id) that this proxy admitted: after runc-v2 deleted it, the
-//!   slice is released (the `poststop` hook normally did already; releasing is idempotent).
+//!   slice is released. Should the proxy die first, the arbiter's reclaim releases the slice once
+//!   the bound process and cgroup are gone.
 //!
 //! The proxy exits when runc-v2 does (its socket closes), so containerd sees the shim end.
 
@@ -20,7 +23,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use containerd_shim::protos::api::{CreateTaskRequest, DeleteRequest};
+use containerd_shim::protos::api::{CreateTaskRequest, CreateTaskResponse, DeleteRequest};
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::ttrpc::{
     self, get_status, Client, Code, MethodHandler, Request, Response, Server, Status, TtrpcContext,
@@ -28,6 +31,7 @@ use containerd_shim::protos::ttrpc::{
 
 use super::upstream::socket_path;
 use gpuslice_oci::late_preload::merge_after_create;
+use gpuslice_oci::lifecycle::bind_pid;
 use gpuslice_oci::prepare::release;
 use gpuslice_oci::{prepare_bundle, Outcome, Settings};
 
@@ -178,10 +182,12 @@ impl Proxy {
                 ),
             ))
         };
-        let settings = match Settings::load(None, None) {
+        let mut settings = match Settings::load(None, None) {
             Ok(s) => s,
             Err(e) => return refuse(e.to_string()),
         };
+        // This process sees the Create's pid and the Delete: no hook processes needed.
+        settings.lifecycle_hooks = false;
         let mut warnings = Vec::new();
         let outcome = prepare_bundle(Path::new(&c.bundle), &c.id, &settings, &mut warnings);
         for w in &warnings {
@@ -196,6 +202,7 @@ impl Proxy {
                 ));
                 let r = self.forward(req);
                 if is_ok(&r) {
+                    self.bind(&settings, &c.id, &slice_id, &r);
                     if let Ok(mut m) = self.admitted.lock() {
                         m.insert(c.id.clone(), slice_id);
                     }
@@ -235,6 +242,30 @@ impl Proxy {
                 log(format_args!("create {}: unchanged ({why})", c.id));
                 self.forward(req)
             }
+        }
+    }
+
+    /// Binds the slice to the pid runc-v2's `CreateTaskResponse` names. A failure is logged:
+    /// the proxy still releases the slice at `Delete`.
+    fn bind(&self, settings: &Settings, id: &str, slice_id: &str, r: &Response) {
+        let pid = CreateTaskResponse::parse_from_bytes(&r.payload)
+            .ok()
+            .map(|t| t.pid)
+            .filter(|p| *p > 0);
+        let Some(pid) = pid else {
+            log(format_args!(
+                "create {id}: warning: runc v2 shim named no pid; slice \"{slice_id}\" is \
+                 released at Delete only"
+            ));
+            return;
+        };
+        match bind_pid(settings, slice_id, pid) {
+            Ok(None) => {}
+            Ok(Some(m)) => log(format_args!(
+                "create {id}: warning: the arbiter does not support bind ({m}); slice \
+                 \"{slice_id}\" is released at Delete only"
+            )),
+            Err(e) => log(format_args!("create {id}: warning: {e}")),
         }
     }
 
