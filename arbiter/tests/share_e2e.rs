@@ -7,90 +7,31 @@
 //! Needs the simulator, the interposer and the workload built into the same target directory:
 //! `cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-interposer -p gpuslice-workloads`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use gpuslice_test_support::{profile_dir, NodeConfig, SimNode};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf()
-}
-
-struct Node {
-    dir: PathBuf,
-    arbiter: Child,
-}
+/// The simulated node with this build's arbiter.
+struct Node(SimNode);
 
 impl Node {
     fn start(tag: &str) -> Node {
-        let prof = profile_dir();
-        for f in [
-            "libcuda.so",
-            "libnvidia_ml.so",
-            "libgpuslice.so",
-            "gpuslice-workload",
-        ] {
-            assert!(
-                prof.join(f).exists(),
-                "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
-                 -p gpuslice-interposer -p gpuslice-workloads",
-                prof.join(f).display()
-            );
-        }
-        let dir = std::env::temp_dir().join(format!("gpuslice-h7-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("lib")).unwrap();
-        std::fs::create_dir_all(dir.join("state")).unwrap();
-        std::os::unix::fs::symlink(prof.join("libcuda.so"), dir.join("lib/libcuda.so.1")).unwrap();
-        std::os::unix::fs::symlink(
-            prof.join("libnvidia_ml.so"),
-            dir.join("lib/libnvidia-ml.so.1"),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("config.toml"),
-            "[metrics]\nenabled = false\n[admission]\ncontext_reserve = \"16Mi\"\n",
-        )
-        .unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_gpuslice-arbiter"));
-        c.arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--config")
-            .arg(dir.join("config.toml"))
-            .env("GPUSLICE_NVML_LIBRARY", dir.join("lib/libnvidia-ml.so.1"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null());
-        Self::sim_env(&mut c, &dir);
-        let arbiter = c.spawn().expect("starting the arbiter");
-        let t0 = Instant::now();
-        while UnixStream::connect(dir.join("state/arbiter.sock")).is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(20), "arbiter socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Node { dir, arbiter }
-    }
-
-    fn sim_env(c: &mut Command, dir: &Path) {
-        c.env("LD_LIBRARY_PATH", dir.join("lib"))
-            .env("GPUSLICE_SIM_STATE", dir.join("sim.state"))
-            .env(
-                "GPUSLICE_SIM_DEVICES",
-                "name=Test GPU 8G,mem=8Gi,sms=16,cc=9.0",
-            )
-            .env("GPUSLICE_SIM_CTX_OVERHEAD", "0");
+        Node(SimNode::start(
+            &format!("h7-{tag}"),
+            NodeConfig {
+                config: "[admission]\ncontext_reserve = \"16Mi\"\n".into(),
+                log_level: "warn".into(),
+                needs: vec!["gpuslice-workload"],
+                ..NodeConfig::default()
+            },
+        ))
     }
 
     fn req(&self, body: &str) -> String {
-        let mut s = UnixStream::connect(self.dir.join("state/arbiter.sock")).unwrap();
-        writeln!(s, "{{\"version\":1,{body}}}").unwrap();
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).unwrap();
-        assert!(!line.contains("\"error\""), "{body}: {line}");
+        let answer = self.0.call(&format!("{{\"version\":1,{body}}}"));
+        let line = answer.to_string();
+        assert!(answer["result"] != "error", "{body}: {line}");
         line
     }
 
@@ -98,27 +39,18 @@ impl Node {
         self.req(&format!(
             "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request}}}"
         ));
-        self.dir.join("state").join(id)
+        self.0.state_dir().join(id)
     }
 
     fn tenant(&self, slice: &Path, args: &[&str]) -> Child {
         let prof = profile_dir();
-        let mut c = Command::new(prof.join("gpuslice-workload"));
+        let mut c = self.0.command(prof.join("gpuslice-workload"));
         c.args(["--via", "dlsym"])
             .args(args)
             .env("LD_PRELOAD", prof.join("libgpuslice.so"))
             .env("GPUSLICE_SLICE_DIR", slice)
             .stdout(Stdio::piped());
-        Self::sim_env(&mut c, &self.dir);
         c.spawn().expect("starting a tenant")
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.arbiter.kill();
-        let _ = self.arbiter.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -13,106 +13,33 @@
 //! Every action shows in `gpuslice status` (table and `--json`) and in the metrics.
 //! Needs the same builds as `e2e_sim.rs`, plus `gpuslice-workload-linked`.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use common::Node;
+use gpuslice_test_support::wait::{wait_exit, wait_line};
+use gpuslice_test_support::{profile_dir, NodeConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn profile_dir() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpuslice"));
-    exe.parent().unwrap().to_path_buf()
-}
-
-struct Node {
-    dir: PathBuf,
-    arbiter: Child,
-    metrics: String,
-}
 
 /// 1.5 GiB: a 1 GiB chunk fits once, so a bypassing `fill --chunk 1Gi` holds exactly 1 GiB.
 const DEVICES: &str = "name=Test GPU 1.5G,mem=1536Mi,sms=16,cc=9.0";
 
 impl Node {
+    /// The node with the given `[backstop]` settings.
     fn start(tag: &str, backstop: &str) -> Node {
-        let prof = profile_dir();
-        for f in [
-            "libcuda.so",
-            "libnvidia_ml.so",
-            "libgpuslice.so",
-            "gpuslice-workload",
-            "gpuslice-workload-linked",
-            "gpuslice-arbiter",
-        ] {
-            assert!(
-                prof.join(f).exists(),
-                "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
-                 -p gpuslice-interposer -p gpuslice-workloads -p gpuslice-arbiter",
-                prof.join(f).display()
-            );
-        }
-        let dir = std::env::temp_dir().join(format!("gs-bs-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("lib")).unwrap();
-        std::fs::create_dir_all(dir.join("state")).unwrap();
-        std::os::unix::fs::symlink(prof.join("libcuda.so"), dir.join("lib/libcuda.so.1")).unwrap();
-        std::os::unix::fs::symlink(
-            prof.join("libnvidia_ml.so"),
-            dir.join("lib/libnvidia-ml.so.1"),
+        Node::with(
+            &format!("bs-{tag}"),
+            NodeConfig {
+                devices: DEVICES.into(),
+                config: format!(
+                    "[admission]\ncontext_reserve = \"16Mi\"\n[backstop]\n{backstop}\n"
+                ),
+                metrics: true,
+                needs: vec!["gpuslice-workload", "gpuslice-workload-linked"],
+                ..NodeConfig::default()
+            },
         )
-        .unwrap();
-        std::fs::write(
-            dir.join("config.toml"),
-            format!(
-                "interposer = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
-                 [admission]\ncontext_reserve = \"16Mi\"\n[backstop]\n{backstop}\n",
-                prof.join("libgpuslice.so").display()
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.join("arbiter.log")).unwrap();
-        let mut c = Command::new(prof.join("gpuslice-arbiter"));
-        c.env("GPUSLICE_NVML_LIBRARY", dir.join("lib/libnvidia-ml.so.1"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log);
-        Self::env(&mut c, &dir);
-        let arbiter = c.spawn().unwrap();
-        let t0 = Instant::now();
-        let metrics = loop {
-            let log = std::fs::read_to_string(dir.join("arbiter.log")).unwrap_or_default();
-            if let Some(rest) = log.split("metrics on http://").nth(1) {
-                break rest.split('/').next().unwrap().to_string();
-            }
-            assert!(t0.elapsed() < Duration::from_secs(30), "arbiter log: {log}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        while !dir.join("state/arbiter.sock").exists() {
-            assert!(t0.elapsed() < Duration::from_secs(30));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Node {
-            dir,
-            arbiter,
-            metrics,
-        }
-    }
-
-    fn env(c: &mut Command, dir: &Path) {
-        c.env("LD_LIBRARY_PATH", dir.join("lib"))
-            .env("GPUSLICE_SIM_STATE", dir.join("sim.state"))
-            .env("GPUSLICE_SIM_DEVICES", DEVICES)
-            .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
-            .env("GPUSLICE_STATE_DIR", dir.join("state"))
-            .env("GPUSLICE_CONFIG", dir.join("config.toml"))
-            .env_remove("LD_PRELOAD");
-    }
-
-    fn gpuslice(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_gpuslice"));
-        c.args(args).current_dir(&self.dir);
-        Self::env(&mut c, &self.dir);
-        c
     }
 
     /// `gpuslice run <run_args> -- env -u LD_PRELOAD gpuslice-workload-linked <args>`: the
@@ -131,74 +58,11 @@ impl Node {
             .unwrap()
     }
 
-    fn status_json(&self) -> serde_json::Value {
-        let o = self.gpuslice(&["status", "--json"]).output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-
     fn status_table(&self) -> String {
         let o = self.gpuslice(&["status"]).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     }
-
-    fn scrape(&self) -> String {
-        let mut s = TcpStream::connect(&self.metrics).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("arbiter.log")).unwrap_or_default()
-    }
-
-    fn call(&self, line: &str) -> serde_json::Value {
-        let mut s =
-            std::os::unix::net::UnixStream::connect(self.dir.join("state/arbiter.sock")).unwrap();
-        writeln!(s, "{line}").unwrap();
-        let mut out = String::new();
-        BufReader::new(s).read_line(&mut out).unwrap();
-        serde_json::from_str(&out).unwrap()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.arbiter.kill();
-        let _ = self.arbiter.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Reads the child's stdout until a line containing `key`; returns when it was seen.
-fn wait_line(child: &mut Child, key: &str, limit: Duration) -> (Instant, String) {
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let key = key.to_string();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if line.contains(&key) {
-                let _ = tx.send((Instant::now(), line));
-                return;
-            }
-        }
-    });
-    rx.recv_timeout(limit)
-        .unwrap_or_else(|_| panic!("no line with the key within {limit:?}"))
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<(Instant, std::process::ExitStatus)> {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some((Instant::now(), st));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
 }
 
 fn events(status: &serde_json::Value) -> Vec<serde_json::Value> {
@@ -386,7 +250,7 @@ fn freeze_uses_the_cgroup_freezer_as_root() {
         "30000",
     ])
     .stdout(Stdio::piped());
-    Node::env(&mut cmd, &n.dir);
+    n.env(&mut cmd);
     let procs: Vec<PathBuf> = dirs.iter().map(|d| d.join("cgroup.procs")).collect();
     // SAFETY: the closure only writes to files with raw syscalls-level std calls before exec;
     // the child is single-threaded at that point.
@@ -556,7 +420,7 @@ fn nvml_process_lists_inside_a_slice_show_only_its_own_processes() {
     // Outside any slice (no interposer), NVML lists the other tenant and the caller.
     let mut plain = Command::new(&w);
     plain.args(["--via", "dlsym", "info"]);
-    Node::env(&mut plain, &n.dir);
+    n.env(&mut plain);
     let o = plain.output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success(), "{out}");

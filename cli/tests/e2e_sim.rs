@@ -6,129 +6,31 @@
 //! profile (`cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-interposer
 //! -p gpuslice-workloads -p gpuslice-arbiter`).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::Node;
+use gpuslice_test_support::wait::wait_for;
+use gpuslice_test_support::{profile_dir, NodeConfig};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const GI: u64 = 1 << 30;
 
-fn profile_dir() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpuslice"));
-    exe.parent().unwrap().to_path_buf()
-}
-
-struct Node {
-    dir: PathBuf,
-    arbiter: Child,
-    metrics: String,
-}
-
 impl Node {
     fn start(tag: &str) -> Node {
-        let prof = profile_dir();
-        for f in [
-            "libcuda.so",
-            "libnvidia_ml.so",
-            "libgpuslice.so",
-            "gpuslice-workload",
-            "gpuslice-arbiter",
-        ] {
-            assert!(
-                prof.join(f).exists(),
-                "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
-                 -p gpuslice-interposer -p gpuslice-workloads -p gpuslice-arbiter",
-                prof.join(f).display()
-            );
-        }
-        let dir = std::env::temp_dir().join(format!("gs-h8e-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("lib")).unwrap();
-        std::fs::create_dir_all(dir.join("state")).unwrap();
-        std::os::unix::fs::symlink(prof.join("libcuda.so"), dir.join("lib/libcuda.so.1")).unwrap();
-        std::os::unix::fs::symlink(
-            prof.join("libnvidia_ml.so"),
-            dir.join("lib/libnvidia-ml.so.1"),
+        Node::with(
+            &format!("h8e-{tag}"),
+            NodeConfig {
+                config: "[admission]\ncontext_reserve = \"16Mi\"\n".into(),
+                metrics: true,
+                needs: vec!["gpuslice-workload"],
+                ..NodeConfig::default()
+            },
         )
-        .unwrap();
-        std::fs::write(
-            dir.join("config.toml"),
-            format!(
-                "interposer = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
-                 [admission]\ncontext_reserve = \"16Mi\"\n",
-                prof.join("libgpuslice.so").display()
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.join("arbiter.log")).unwrap();
-        let mut c = Command::new(prof.join("gpuslice-arbiter"));
-        c.env("GPUSLICE_NVML_LIBRARY", dir.join("lib/libnvidia-ml.so.1"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log);
-        Self::env(&mut c, &dir);
-        let arbiter = c.spawn().unwrap();
-        let t0 = Instant::now();
-        let metrics = loop {
-            let log = std::fs::read_to_string(dir.join("arbiter.log")).unwrap_or_default();
-            if let Some(rest) = log.split("metrics on http://").nth(1) {
-                break rest.split('/').next().unwrap().to_string();
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "arbiter log: {log}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        while !dir.join("state/arbiter.sock").exists() {
-            assert!(t0.elapsed() < Duration::from_secs(20));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Node {
-            dir,
-            arbiter,
-            metrics,
-        }
-    }
-
-    fn env(c: &mut Command, dir: &Path) {
-        c.env("LD_LIBRARY_PATH", dir.join("lib"))
-            .env("GPUSLICE_SIM_STATE", dir.join("sim.state"))
-            .env(
-                "GPUSLICE_SIM_DEVICES",
-                "name=Test GPU 8G,mem=8Gi,sms=16,cc=9.0",
-            )
-            .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
-            .env("GPUSLICE_STATE_DIR", dir.join("state"))
-            .env("GPUSLICE_CONFIG", dir.join("config.toml"))
-            .env_remove("LD_PRELOAD");
-    }
-
-    fn gpuslice(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_gpuslice"));
-        c.args(args).current_dir(&self.dir);
-        Self::env(&mut c, &self.dir);
-        c
     }
 
     fn status(&self) -> serde_json::Value {
-        let o = self.gpuslice(&["status", "--json"]).output().unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-
-    fn scrape(&self) -> String {
-        let mut s = TcpStream::connect(&self.metrics).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.arbiter.kill();
-        let _ = self.arbiter.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.status_json()
     }
 }
 
@@ -137,14 +39,6 @@ fn workload() -> String {
         .join("gpuslice-workload")
         .display()
         .to_string()
-}
-
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
