@@ -366,6 +366,8 @@ fn open_sim(dir: &Path, config: &NodeConfig) -> Result<SimNode> {
             "GPUSLICE_SIM_DEVICES" => Some(config.devices.clone()),
             "GPUSLICE_SIM_STATE" => Some(sim_state.display().to_string()),
             "GPUSLICE_SIM_CTX_OVERHEAD" => Some(config.ctx_overhead.clone()),
+            // Inherited by the node's processes, so part of the configuration they all share.
+            "GPUSLICE_SIM_ENGINE" => std::env::var("GPUSLICE_SIM_ENGINE").ok(),
             _ => None,
         })
         .context("simulator configuration")?,
