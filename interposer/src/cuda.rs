@@ -43,8 +43,13 @@ pub fn device_uuid(ordinal: CUdevice) -> Option<String> {
         return None;
     }
     let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    let hex =
-        |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let hex = |r: std::ops::Range<usize>| {
+        b.get(r)
+            .unwrap_or_default()
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
+    };
     Some(format!(
         "GPU-{}-{}-{}-{}-{}",
         hex(0..4),

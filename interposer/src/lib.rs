@@ -7,8 +7,23 @@
 //! Modules: `ctor` (the only load-time work), `real` / `elf` (finding the real functions),
 //! `dl` (dlsym/dlvsym), `table` (name → wrapper), `state` (lazy mode, caps, usage record),
 //! `cuda` / `pool` / `array` / `graph` / `nvml` (the memory wrappers and totals), `launch` (launch
-//! entry points) calling `gate` (the issue-4 launch gate), `nvml_procs` (NVML process lists and
+//! entry points) calling `gate` (the launch gate), `nvml_procs` (NVML process lists and
 //! samples limited to the slice's own processes), `guard` (re-entrancy), `log`.
+
+// The wrappers are `extern "C"` and the profiles abort on panic, so a panic kills the
+// application: no panicking construct outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::unreachable,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
 
 #[macro_use]
 pub mod real;
@@ -18,6 +33,9 @@ pub mod ctor;
 pub mod cuda;
 pub mod dl;
 pub mod elf;
+// Its `ENTRIES[e]` indexes take `e` from `entry_of`, which returns only `e < MAX_DEVICES`
+// (the array's length); converting them to checked reads is left for the launch-gate rework.
+#[allow(clippy::indexing_slicing)]
 mod gate;
 pub mod graph;
 pub mod guard;

@@ -28,7 +28,9 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
         if unsafe { f(device, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
             return None;
         }
-        buf[buf.len() - 1] = 0;
+        if let Some(last) = buf.last_mut() {
+            *last = 0;
+        }
         // SAFETY: NUL-terminated (forced above).
         let uuid = unsafe { CStr::from_ptr(buf.as_ptr()) }
             .to_string_lossy()

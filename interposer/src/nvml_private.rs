@@ -47,7 +47,9 @@ fn own_utilization(device: nvmlDevice_t) -> Option<(u32, u32)> {
         )
     };
     let samples = match rc {
-        NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE => &buf[..(n as usize).min(SAMPLES)],
+        NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE => {
+            buf.get(..(n as usize).min(SAMPLES)).unwrap_or_default()
+        }
         // No sample in the window: nothing ran.
         NVML_ERROR_NOT_FOUND => &[][..],
         _ => return None,

@@ -333,13 +333,14 @@ impl Gate {
         let o = usize::try_from(ordinal)
             .ok()
             .filter(|&o| o < MAX_ORDINALS)?;
-        match self.devmap[o].load(Relaxed) {
+        let slot = self.devmap.get(o)?;
+        match slot.load(Relaxed) {
             0 => {}
             u32::MAX => return None,
             v => return Some(v as usize - 1),
         }
         let found = self.lookup_entry(ordinal);
-        self.devmap[o].store(found.map_or(u32::MAX, |e| e as u32 + 1), Relaxed);
+        slot.store(found.map_or(u32::MAX, |e| e as u32 + 1), Relaxed);
         found
     }
 
@@ -371,7 +372,10 @@ impl Gate {
             return self.slice.limits.memory_cap(entry);
         };
         let o = usize::try_from(ordinal).unwrap_or(0).min(MAX_ORDINALS - 1);
-        let c = self.capcache[o].load(Relaxed);
+        let Some(cache) = self.capcache.get(o) else {
+            return UNCAPPED;
+        };
+        let c = cache.load(Relaxed);
         if c != 0 {
             return c;
         }
@@ -384,7 +388,7 @@ impl Gate {
                 None => return UNCAPPED,
             },
         };
-        self.capcache[o].store(cap.max(1), Relaxed);
+        cache.store(cap.max(1), Relaxed);
         cap
     }
 

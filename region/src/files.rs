@@ -201,11 +201,18 @@ impl Limits {
         if dev >= self.device_count() {
             return UNCAPPED;
         }
-        self.map.get().devices[dev].memory_cap.load(Acquire)
+        self.map
+            .get()
+            .devices
+            .get(dev)
+            .map_or(UNCAPPED, |d| d.memory_cap.load(Acquire))
     }
     /// A consistent copy of device `dev`'s entry.
     pub fn device(&self, dev: usize) -> Option<DeviceSpec> {
-        (dev < self.device_count()).then(|| read_device(&self.map.get().devices[dev]))
+        if dev >= self.device_count() {
+            return None;
+        }
+        self.map.get().devices.get(dev).map(read_device)
     }
     /// Device `dev`'s context accounting: (charge per process, reserve beyond the cap), both
     /// 0 beyond the slice's devices or when the slice does not charge contexts.
@@ -213,11 +220,12 @@ impl Limits {
         if dev >= self.device_count() {
             return (0, 0);
         }
-        let d = &self.map.get().devices[dev];
-        (
-            d.context_charge.load(Acquire),
-            d.context_reserve.load(Acquire),
-        )
+        self.map.get().devices.get(dev).map_or((0, 0), |d| {
+            (
+                d.context_charge.load(Acquire),
+                d.context_reserve.load(Acquire),
+            )
+        })
     }
     /// The bound on allocations plus context charges on `dev`: the cap plus the context
     /// reserve when contexts are charged, else the cap.
@@ -419,6 +427,10 @@ pub struct Usage {
     env: ProcEnv,
 }
 
+// The protocol calls these with `dev < devices()` (≤ MAX_DEVICES, the array's length, checked
+// when the file is opened) and `rec < records()` (= MAX_PROCS), the trait's contract; indexes
+// never come from the shared file.
+#[allow(clippy::indexing_slicing)]
 impl Ledger for Usage {
     type W64 = AtomicU64;
     type W32 = AtomicU32;

@@ -261,8 +261,9 @@ pub const fn rec_unpack(word: u64) -> (u64, u32) {
 pub fn uuid_to_words(uuid: &str) -> [u64; UUID_BYTES / 8] {
     let mut bytes = [0u8; UUID_BYTES];
     let src = uuid.as_bytes();
-    let n = src.len().min(UUID_BYTES - 1);
-    bytes[..n].copy_from_slice(&src[..n]);
+    for (b, s) in bytes.iter_mut().zip(src.iter().take(UUID_BYTES - 1)) {
+        *b = *s;
+    }
     let mut words = [0u64; UUID_BYTES / 8];
     for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
         let mut b = [0u8; 8];

@@ -9,6 +9,18 @@
 //! (`/proc` pid + start time), `quantity` (`512Mi`, `25%`, HAMi limits), `sigbus` (readers of
 //! tenant-writable files survive the tenant truncating them).
 
+// Readers of tenant-writable memory and the interposer's C paths must not panic (the profiles
+// abort on panic): no unwrap, expect, panic or unchecked indexing outside tests.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
 pub mod atomics;
 pub mod error;
 pub mod files;

@@ -60,9 +60,9 @@ pub(crate) fn register(start: usize, len: usize) -> Option<usize> {
     if start == 0 {
         return None;
     }
-    for (i, s) in STARTS.iter().enumerate() {
+    for (i, (s, l)) in STARTS.iter().zip(LENS.iter()).enumerate() {
         if s.load(Relaxed) == 0 {
-            LENS[i].store(len, Relaxed);
+            l.store(len, Relaxed);
             if s.compare_exchange(0, start, AcqRel, Relaxed).is_ok() {
                 return Some(i);
             }
