@@ -33,7 +33,7 @@ use gpuslice_api::{BackstopAction, BackstopConfig, BackstopEvent, SliceStatus};
 
 use crate::reclaim::{read_owner, OwnerIdentity};
 use crate::sched::SchedulerStatus;
-use crate::server::State;
+use crate::state::State;
 
 /// Events kept per slice for `status`.
 pub const EVENTS_PER_SLICE: usize = 8;

@@ -16,9 +16,11 @@ pub mod sched;
 pub mod server;
 pub mod shutdown;
 pub mod slices;
+pub mod state;
 pub mod store;
 pub mod syscalls;
 
 pub use admission::{Admission, AdmitError, Admitted, Change, Holdings, Updated};
 pub use fit::{Constraint, DeviceRefusal, Load, Policy, Refusal};
 pub use inventory::{DeviceInfo, DeviceInventory, InventoryError, StaticInventory};
+pub use state::State;

@@ -26,7 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::sched::SchedulerStatus;
-use crate::server::State;
+use crate::state::State;
 
 type Labels = Vec<(String, String)>;
 

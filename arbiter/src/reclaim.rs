@@ -38,7 +38,7 @@ use gpuslice_region::{Liveness, Usage, MAX_PROCS};
 use serde::{Deserialize, Serialize};
 
 use crate::metrics;
-use crate::server::State;
+use crate::state::State;
 
 /// Default period of the loop. Dead processes and owners are noticed within one period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(250);

@@ -8,7 +8,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::server::State;
+use crate::state::State;
 
 /// The signals that stop the daemon, blocked in the calling thread and so in every thread it
 /// starts afterwards. Call it first thing in `main`, before any thread exists.
