@@ -8,6 +8,14 @@
 //! (allocation, pool, VMM, array, memcpy and IPC structs), `exec` (streams, events, modules,
 //! launches, graphs), `procaddr` (symbol → versioned export table), `nvml` (NVML types).
 
+// Firecracker's cast lints: no silent narrowing or sign-changing `as` in the ABI definitions.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::cast_lossless
+)]
+
 pub mod exec;
 pub mod memory;
 pub mod nvml;

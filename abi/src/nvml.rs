@@ -76,6 +76,8 @@ pub struct nvmlMemory_v2_t {
 }
 
 /// `nvmlMemory_v2` = `NVML_STRUCT_VERSION(Memory, 2)` = `sizeof(nvmlMemory_v2_t) | 2 << 24`.
+// The struct's size (a few dozen bytes) in the low bits, as NVML's NVML_STRUCT_VERSION macro.
+#[allow(clippy::cast_possible_truncation)]
 pub const nvmlMemory_v2: u32 = (std::mem::size_of::<nvmlMemory_v2_t>() as u32) | (2 << 24);
 
 /// `nvmlProcessInfo_t` (the v2 layout used by `nvmlDeviceGetComputeRunningProcesses_v3`).

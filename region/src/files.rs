@@ -165,7 +165,11 @@ pub fn create_slice(dir: &Path, spec: &SliceSpec, replace: bool) -> Result<bool,
         for (d, s) in l.devices.iter().zip(&spec.devices) {
             write_device(d, s);
         }
-        l.device_count.store(spec.devices.len() as u32, Relaxed);
+        // At most MAX_DEVICES (checked above).
+        l.device_count.store(
+            u32::try_from(spec.devices.len()).unwrap_or(u32::MAX),
+            Relaxed,
+        );
         l.flags.store(spec.flags, Relaxed);
         l.generation.store(1, Release);
     })
@@ -263,7 +267,9 @@ impl LimitsWriter {
         let d = l.devices.get(dev).ok_or(RegionError::NoDevice(dev))?;
         write_device(d, spec);
         if dev >= l.device_count.load(Relaxed) as usize {
-            l.device_count.store(dev as u32 + 1, Release);
+            // `dev` < MAX_DEVICES: its entry exists.
+            l.device_count
+                .store(u32::try_from(dev + 1).unwrap_or(u32::MAX), Release);
         }
         l.generation.fetch_add(1, Release);
         Ok(())

@@ -20,6 +20,14 @@
         clippy::indexing_slicing
     )
 )]
+// Firecracker's cast lints: every narrowing or sign-changing conversion of a value from a shared
+// file or the caller is explicit (`try_from`), never a silent `as`.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::cast_lossless
+)]
 
 pub mod atomics;
 pub mod error;

@@ -47,9 +47,13 @@ unsafe impl FileLayout for LeaseFile {
         &self.header
     }
 }
+const _: () = assert!(MAX_PROCS <= u32::MAX as usize);
+
 // SAFETY: `UsageFile` is #[repr(C)], all atomics, header first.
 unsafe impl FileLayout for UsageFile {
     const KIND: FileKind = FileKind::Usage;
+    // A small constant: the assertion below keeps the cast exact.
+    #[allow(clippy::cast_possible_truncation)]
     const RECORDS: u32 = MAX_PROCS as u32;
     fn header(&self) -> &FileHeader {
         &self.header
@@ -110,9 +114,10 @@ impl<T: FileLayout> Mapping<T> {
         let h = m.get().header();
         h.kind.store(T::KIND as u32, Relaxed);
         h.version.store(LAYOUT_VERSION, Relaxed);
+        let small = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         h.header_size
-            .store(std::mem::size_of::<FileHeader>() as u32, Relaxed);
-        h.max_devices.store(MAX_DEVICES as u32, Relaxed);
+            .store(small(std::mem::size_of::<FileHeader>()), Relaxed);
+        h.max_devices.store(small(MAX_DEVICES), Relaxed);
         h.file_size.store(std::mem::size_of::<T>() as u64, Relaxed);
         h.records.store(T::RECORDS, Relaxed);
         h.magic.store(MAGIC, std::sync::atomic::Ordering::Release);

@@ -165,7 +165,8 @@ fn scaled(number: &str, multiplier: u64) -> Result<u64, QuantityError> {
     } else {
         frac_part.parse().map_err(|_| QuantityError::NotANumber)?
     };
-    let denom = 10u128.pow(frac_part.len() as u32);
+    let digits = u32::try_from(frac_part.len()).map_err(|_| QuantityError::NotANumber)?;
+    let denom = 10u128.pow(digits);
     let mult = u128::from(multiplier);
     let whole = int_value.checked_mul(mult).ok_or(QuantityError::Overflow)?;
     let frac = (frac_value * mult).div_ceil(denom);

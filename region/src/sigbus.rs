@@ -30,8 +30,10 @@ pub fn install() -> std::io::Result<()> {
     }
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if page > 0 {
-        PAGE.store(page as usize, Relaxed);
+    if let Ok(page) = usize::try_from(page) {
+        if page > 0 {
+            PAGE.store(page, Relaxed);
+        }
     }
     // SAFETY: an all-zero sigaction is a valid starting value; we set the handler and flags.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
