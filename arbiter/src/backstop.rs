@@ -26,17 +26,15 @@ use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpuslice_api::{BackstopAction, BackstopConfig, BackstopEvent, SliceStatus};
 
-use crate::reclaim::{read_owner, OwnerIdentity};
+use crate::owner::{read_owner, OwnerIdentity};
 use crate::sched::SchedulerStatus;
 use crate::state::State;
 
-/// Events kept per slice for `status`.
-pub const EVENTS_PER_SLICE: usize = 8;
 /// Ticks of device-time history the lease check sums (with a 250 ms period: one second).
 const LEASE_TICKS: usize = 4;
 /// Deepest parent chain followed to find a slice's owner.
@@ -600,7 +598,6 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             "failed"
         };
         tracing::warn!("backstop: slice {}: {message}", s.slice_id);
-        crate::metrics::counters().add_backstop(&s.slice_id, v.kind, action_name);
         BackstopEvent {
             slice_id: s.slice_id.clone(),
             device: v.device,
@@ -613,34 +610,6 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 .map_or(0, |d| d.as_millis() as u64),
         }
     }
-}
-
-/// The recent events, per slice (for `status`).
-fn history() -> &'static Mutex<BTreeMap<String, VecDeque<BackstopEvent>>> {
-    static H: OnceLock<Mutex<BTreeMap<String, VecDeque<BackstopEvent>>>> = OnceLock::new();
-    H.get_or_init(Default::default)
-}
-
-/// Remembers `events` for `status` (at most [`EVENTS_PER_SLICE`] per slice).
-pub fn record(events: &[BackstopEvent]) {
-    let mut h = history().lock().unwrap_or_else(PoisonError::into_inner);
-    for e in events {
-        let q = h.entry(e.slice_id.clone()).or_default();
-        q.push_back(e.clone());
-        while q.len() > EVENTS_PER_SLICE {
-            q.pop_front();
-        }
-    }
-}
-
-/// The recent events of the slices in `live` (oldest first).
-pub fn recent(live: &[SliceStatus]) -> Vec<BackstopEvent> {
-    let mut h = history().lock().unwrap_or_else(PoisonError::into_inner);
-    let ids: HashSet<&str> = live.iter().map(|s| s.slice_id.as_str()).collect();
-    h.retain(|k, _| ids.contains(k.as_str()));
-    let mut out: Vec<BackstopEvent> = h.values().flatten().cloned().collect();
-    out.sort_by_key(|e| e.at_ms);
-    out
 }
 
 /// The span NVML's per-process utilisation percentages cover at most, µs.
@@ -883,7 +852,11 @@ pub fn spawn(
                 (slices, st.scheduler().cloned())
             };
             let events = b.tick_with(&slices, || sched.map(|s| s.status()));
-            record(&events);
+            if !events.is_empty() {
+                let st = state.lock().unwrap_or_else(PoisonError::into_inner);
+                st.events()
+                    .record_backstop(&events, |id| st.admission().slice(id).is_some());
+            }
             std::thread::sleep(period);
         })
         .map_err(|e| e.to_string())

@@ -9,6 +9,7 @@ pub mod fit;
 pub mod inventory;
 pub mod metrics;
 pub mod nvml;
+pub mod owner;
 pub mod placement;
 pub mod privileges;
 pub mod reclaim;

@@ -1,24 +1,21 @@
-//! Prometheus metrics: the node-wide event counters the rest of the arbiter bumps
-//! ([`counters`]: admission refusals, reclaimed processes, slices released by reclaim), the
-//! rendering of a scrape from the admission state, the slices' `usage` files and the scheduler's
-//! figures ([`render`]), and a tiny HTTP server on a std `TcpListener` that answers only
+//! Prometheus metrics: the rendering of a scrape ([`render`]) from the admission state, the
+//! slices' `usage` files and the scheduler's figures (gauges and counters built per scrape, so
+//! slices that are gone disappear), followed by the state's event counters (registered once, in
+//! [`crate::state::Events`]), and a tiny HTTP server on a std `TcpListener` that answers only
 //! `GET /metrics` and `GET /healthz` ([`serve`]). A scrape is rare (every 15–60 s) and small, so a
 //! thread per connection with short timeouts is all it needs; no async runtime or HTTP crate.
 //!
 //! Encoding is the `prometheus-client` crate's Prometheus text format 0.0.4. Metric names and
 //! labels: `docs/metrics.md`.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use gpuslice_api::{ErrorCode, SliceStatus};
 use gpuslice_region::liveness::ProcessTable;
-use gpuslice_region::{Limits, Usage};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,100 +26,6 @@ use crate::sched::SchedulerStatus;
 use crate::state::State;
 
 type Labels = Vec<(String, String)>;
-
-/// Event counters (process-wide, monotonic).
-#[derive(Debug, Default)]
-pub struct Counters {
-    refusals: Mutex<BTreeMap<String, u64>>,
-    reclaimed_by_slice: Mutex<BTreeMap<String, u64>>,
-    reclaimed: AtomicU64,
-    released_by_reclaim: AtomicU64,
-    /// Backstop actions by (slice, kind, action).
-    backstop: Mutex<BTreeMap<(String, String, String), u64>>,
-}
-
-/// The process's counters.
-pub fn counters() -> &'static Counters {
-    static C: OnceLock<Counters> = OnceLock::new();
-    C.get_or_init(Counters::default)
-}
-
-fn code_name(code: ErrorCode) -> &'static str {
-    match code {
-        ErrorCode::BadRequest => "bad_request",
-        ErrorCode::Version => "version",
-        ErrorCode::Refused => "refused",
-        ErrorCode::NotFound => "not_found",
-        ErrorCode::Conflict => "conflict",
-        ErrorCode::Internal => "internal",
-        ErrorCode::Busy => "busy",
-    }
-}
-
-impl Counters {
-    /// An admit was refused with `code`.
-    pub fn add_refusal(&self, code: ErrorCode) {
-        *self
-            .refusals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(code_name(code).to_string())
-            .or_default() += 1;
-    }
-
-    /// Reclaim freed `n` records of dead processes in `slice`.
-    pub fn add_reclaimed(&self, slice: &str, n: u64) {
-        self.reclaimed.fetch_add(n, Ordering::Relaxed);
-        *self
-            .reclaimed_by_slice
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(slice.to_string())
-            .or_default() += n;
-    }
-
-    /// Reclaim released a slice whose owner is gone.
-    pub fn add_released_by_reclaim(&self) {
-        self.released_by_reclaim.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The backstop acted (`action`: kill, freeze, log or failed) on `slice` for `kind`
-    /// (memory or lease).
-    pub fn add_backstop(&self, slice: &str, kind: &str, action: &str) {
-        *self
-            .backstop
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry((slice.to_string(), kind.to_string(), action.to_string()))
-            .or_default() += 1;
-    }
-
-    /// Backstop actions so far, by (slice, kind, action).
-    pub fn backstop(&self) -> BTreeMap<(String, String, String), u64> {
-        self.backstop
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Refusals so far, by error code.
-    pub fn refusals(&self) -> BTreeMap<String, u64> {
-        self.refusals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Processes reclaimed so far (node total).
-    pub fn reclaimed(&self) -> u64 {
-        self.reclaimed.load(Ordering::Relaxed)
-    }
-
-    /// Slices released by reclaim so far.
-    pub fn released_by_reclaim(&self) -> u64 {
-        self.released_by_reclaim.load(Ordering::Relaxed)
-    }
-}
 
 /// Where scrapes get scheduler figures from (`None`: no scheduler, nothing exported).
 pub type SchedSource = Arc<dyn Fn() -> SchedulerStatus + Send + Sync>;
@@ -158,45 +61,14 @@ fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
     Family::default()
 }
 
-/// Measured use of a slice (bytes per slice device, live processes) from its `usage` file,
-/// validated and clamped by the region crate. `None` without region files. Processes are
-/// judged in the owner's pid namespace, found in `procs` (one `/proc` scan for all slices);
-/// without `procs` none is judged (and 0 counted): the bytes alone need no `/proc`.
-pub fn slice_usage(
-    dir: &Path,
-    slice: &SliceStatus,
-    procs: Option<&ProcessTable>,
-) -> Option<(Vec<u64>, usize)> {
-    let limits = Limits::open(dir).ok()?;
-    let n = limits.device_count().min(slice.devices.len());
-    let usage = Usage::open_read_only(dir, n).ok()?;
-    let caps: Vec<u64> = (0..n).map(|d| limits.memory_cap(d)).collect();
-    let snap = match procs {
-        Some(p) => usage.snapshot_for_owner(&caps, slice.owner.pid, p),
-        None => usage.snapshot_by(&caps, &|_, _| false),
-    };
-    Some((snap.used, snap.processes.len()))
-}
-
-/// Bytes a slice holds now, by device UUID (for `update`'s below-use warning). Read from the
-/// slice's `usage` file (validated, clamped to the current caps: a tenant can at most make its
-/// own warning appear); empty without region files.
-pub fn measured_use(dir: &Path, slice: &SliceStatus) -> BTreeMap<String, u64> {
-    let Some((used, _)) = slice_usage(dir, slice, None) else {
-        return BTreeMap::new();
-    };
-    slice
-        .devices
-        .iter()
-        .zip(used)
-        .map(|(d, u)| (d.uuid.clone(), u))
-        .collect()
-}
-
 /// Renders one scrape in the Prometheus text format.
 pub fn render(src: &Sources) -> String {
+    let mut counters = String::new();
     let (status, slices) = {
         let st = src.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if st.events().encode(&mut counters).is_err() {
+            counters.clear();
+        }
         let status = st.admission().status();
         let slices = status.slices.clone();
         (status, slices)
@@ -231,7 +103,8 @@ pub fn render(src: &Sources) -> String {
     let limit = gauge_family();
     let table = ProcessTable::scan(Path::new("/proc"));
     for s in &slices {
-        let measured = slice_usage(&src.state_dir.join(&s.slice_id), s, Some(&table));
+        let measured =
+            crate::slices::slice_usage(&src.state_dir.join(&s.slice_id), s, Some(&table));
         if let Some((_, n)) = &measured {
             procs
                 .get_or_create(&labels(&[("slice", &s.slice_id)]))
@@ -414,75 +287,6 @@ pub fn render(src: &Sources) -> String {
         );
     }
 
-    let c = counters();
-    let refusals: Family<Labels, Counter> = Family::default();
-    for (code, n) in c.refusals() {
-        refusals
-            .get_or_create(&labels(&[("code", &code)]))
-            .inc_by(n);
-    }
-    reg.register(
-        "gpuslice_admission_refusals",
-        "Admit requests refused, by error code",
-        refusals,
-    );
-    let live: BTreeSet<&str> = slices.iter().map(|s| s.slice_id.as_str()).collect();
-    let by_slice: Family<Labels, Counter> = Family::default();
-    for (id, n) in c
-        .reclaimed_by_slice
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-    {
-        if live.contains(id.as_str()) {
-            by_slice.get_or_create(&labels(&[("slice", id)])).inc_by(*n);
-        }
-    }
-    reg.register(
-        "gpuslice_slice_reclaimed_processes",
-        "Usage records of dead processes freed in the slice by the arbiter",
-        by_slice,
-    );
-    let total: Counter = Counter::default();
-    total.inc_by(c.reclaimed());
-    reg.register(
-        "gpuslice_reclaimed_processes",
-        "Usage records of dead processes freed by the arbiter (all slices, ever)",
-        total,
-    );
-    let released: Counter = Counter::default();
-    released.inc_by(c.released_by_reclaim());
-    reg.register(
-        "gpuslice_reclaim_released_slices",
-        "Slices released because their owner process or cgroup was gone",
-        released,
-    );
-    let bs_slice: Family<Labels, Counter> = Family::default();
-    let bs_node: Family<Labels, Counter> = Family::default();
-    for ((id, kind, action), n) in c.backstop() {
-        bs_node
-            .get_or_create(&labels(&[("kind", &kind), ("action", &action)]))
-            .inc_by(n);
-        if live.contains(id.as_str()) {
-            bs_slice
-                .get_or_create(&labels(&[
-                    ("slice", &id),
-                    ("kind", &kind),
-                    ("action", &action),
-                ]))
-                .inc_by(n);
-        }
-    }
-    reg.register(
-        "gpuslice_slice_backstop_actions",
-        "Backstop actions on the slice (kind: memory or lease; action: kill, freeze, log, failed)",
-        bs_slice,
-    );
-    reg.register(
-        "gpuslice_backstop_actions",
-        "Backstop actions on all slices, ever (kind: memory or lease; action: kill, freeze, log, failed)",
-        bs_node,
-    );
     let n_slices: Gauge = Gauge::default();
     n_slices.set(slices.len() as i64);
     reg.register("gpuslice_slices", "Admitted slices", n_slices);
@@ -491,6 +295,7 @@ pub fn render(src: &Sources) -> String {
     if prometheus_text::encode(&mut out, &reg).is_err() {
         out.clear();
     }
+    out.push_str(&counters);
     out
 }
 

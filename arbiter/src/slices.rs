@@ -12,7 +12,11 @@ use gpuslice_api::{AssignedDevice, Priority, SliceStatus};
 use gpuslice_region::layout::{
     LIMITS_FLAG_LEASED, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, SHARE_FULL, UNCAPPED,
 };
-use gpuslice_region::{create_slice, DeviceSpec, LimitsWriter, RegionError, SliceSpec};
+use gpuslice_region::liveness::ProcessTable;
+use gpuslice_region::{
+    create_slice, DeviceSpec, Limits, LimitsWriter, RegionError, SliceSpec, Usage,
+};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 fn spec_of(slice: &SliceStatus, d: &AssignedDevice) -> DeviceSpec {
@@ -80,4 +84,39 @@ pub fn write_memory_caps(dir: &Path, slice: &SliceStatus) -> Result<(), RegionEr
         w.set_memory_cap(i, effective_cap(d))?;
     }
     Ok(())
+}
+
+/// Measured use of a slice (bytes per slice device, live processes) from its `usage` file,
+/// validated and clamped by the region crate. `None` without region files. Processes are
+/// judged in the owner's pid namespace, found in `procs` (one `/proc` scan for all slices);
+/// without `procs` none is judged (and 0 counted): the bytes alone need no `/proc`.
+pub fn slice_usage(
+    dir: &Path,
+    slice: &SliceStatus,
+    procs: Option<&ProcessTable>,
+) -> Option<(Vec<u64>, usize)> {
+    let limits = Limits::open(dir).ok()?;
+    let n = limits.device_count().min(slice.devices.len());
+    let usage = Usage::open_read_only(dir, n).ok()?;
+    let caps: Vec<u64> = (0..n).map(|d| limits.memory_cap(d)).collect();
+    let snap = match procs {
+        Some(p) => usage.snapshot_for_owner(&caps, slice.owner.pid, p),
+        None => usage.snapshot_by(&caps, &|_, _| false),
+    };
+    Some((snap.used, snap.processes.len()))
+}
+
+/// Bytes a slice holds now, by device UUID (for `update`'s below-use warning). Read from the
+/// slice's `usage` file (validated, clamped to the current caps: a tenant can at most make its
+/// own warning appear); empty without region files.
+pub fn measured_use(dir: &Path, slice: &SliceStatus) -> BTreeMap<String, u64> {
+    let Some((used, _)) = slice_usage(dir, slice, None) else {
+        return BTreeMap::new();
+    };
+    slice
+        .devices
+        .iter()
+        .zip(used)
+        .map(|(d, u)| (d.uuid.clone(), u))
+        .collect()
 }

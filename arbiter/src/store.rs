@@ -73,16 +73,7 @@ impl Store {
             slice: slice.clone(),
         })
         .map_err(io::Error::other)?;
-        let tmp = dir.join(".slice.json.tmp");
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-        fs::rename(&tmp, dir.join(RECORD_FILE))
+        write_private(&dir, RECORD_FILE, &body)
     }
 
     /// Removes a slice's directory and everything in it. A missing directory is not an error.
@@ -132,4 +123,19 @@ impl Store {
         }
         Ok((slices, problems))
     }
+}
+
+/// Writes `<dir>/<name>` atomically, mode 0600: a synced `.<name>.tmp` renamed over it, so a
+/// reader sees the old file or the new one, never a part.
+pub fn write_private(dir: &Path, name: &str, body: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(body)?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(name))
 }

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpuslice_api::{Owner, Request, Response, SliceRequest};
-use gpuslice_arbiter::metrics::counters;
 use gpuslice_arbiter::reclaim::{
     read_owner, write_owner, OwnerIdentity, ProcFs, ReclaimConfig, Reclaimer,
 };
@@ -104,7 +103,7 @@ fn dead_owner_released_live_and_ownerless_kept() {
     admit(&st, "nobody", Owner::default());
     let mut r = Reclaimer::new(Arc::clone(&st), cfg(&tmp.0));
     assert!(r.tick().released.is_empty());
-    let before = counters().released_by_reclaim();
+    let before = st.lock().unwrap().events().released_by_reclaim();
     dying.kill().unwrap();
     dying.wait().unwrap();
     let rep = r.tick();
@@ -112,7 +111,7 @@ fn dead_owner_released_live_and_ownerless_kept() {
     assert!(!exists(&st, "dies"));
     assert!(!dir.exists(), "slice directory removed");
     assert!(exists(&st, "lives") && exists(&st, "nobody"));
-    assert!(counters().released_by_reclaim() > before);
+    assert!(st.lock().unwrap().events().released_by_reclaim() > before);
     // The memory came back: the same 2Gi admits again, and status no longer lists it.
     let status = st.lock().unwrap().admission().status();
     assert_eq!(status.slices.len(), 2);
@@ -255,12 +254,12 @@ fn dead_process_records_freed_without_double_counting() {
     let rep = r.tick();
     assert_eq!(rep.reclaimed, vec![("u".to_string(), 1)]);
     assert_eq!(usage.used(0), (512 << 20) + GI);
-    let before = counters().reclaimed();
+    let before = st.lock().unwrap().events().reclaimed();
     child.kill().unwrap();
     child.wait().unwrap();
     let rep = r.tick();
     assert_eq!(rep.reclaimed, vec![("u".to_string(), 1)]);
-    assert!(counters().reclaimed() > before);
+    assert!(st.lock().unwrap().events().reclaimed() > before);
     // Only the live record is counted; a further tick changes nothing.
     assert_eq!(usage.used(0), 512 << 20);
     assert!(r.tick().reclaimed.is_empty());

@@ -29,7 +29,7 @@ impl State {
                 let held = |id: &str, uuid: &str| self.held(id, uuid);
                 match next.admit_holding(&slice_id, request, owner, &held) {
                     Err(e) => {
-                        crate::metrics::counters().add_refusal(e.code());
+                        self.events.count_refusal(e.code());
                         error(e.code(), e.to_string())
                     }
                     Ok(got) => {
@@ -44,7 +44,7 @@ impl State {
                                     format!("cannot write the slice record: {e}"),
                                 );
                             }
-                            crate::reclaim::record_owner_at_admit(
+                            crate::owner::record_owner_at_admit(
                                 &self.store.slice_dir(&slice_id),
                                 &rec.owner,
                             );
@@ -83,6 +83,7 @@ impl State {
                 let before = self.admission.clone();
                 match self.admission.release(&slice_id) {
                     Ok(_) => {
+                        self.events.forget(&slice_id);
                         self.rewrite_best_effort(&before, &slice_id);
                         Response::Released { slice_id }
                     }
@@ -152,7 +153,7 @@ impl State {
                         format!("cannot write the slice record: {e}"),
                     );
                 }
-                crate::reclaim::record_owner_at_admit(&self.store.slice_dir(&slice_id), &rec.owner);
+                crate::owner::record_owner_at_admit(&self.store.slice_dir(&slice_id), &rec.owner);
                 self.admission = next;
                 Response::Bound { slice_id }
             }
@@ -161,7 +162,7 @@ impl State {
                 if let Some(sched) = &self.sched {
                     crate::sched::fill_shares(&mut status, &sched.status());
                 }
-                status.backstop = crate::backstop::recent(&status.slices);
+                status.backstop = self.events.recent_backstop();
                 Response::Status(status)
             }
         }

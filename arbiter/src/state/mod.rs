@@ -7,7 +7,10 @@
 //! state through `Arc<Mutex<State>>`; the state sits on admission, the store, the scheduler and
 //! the slice files, which import nothing of the daemon.
 
+mod events;
 mod handle;
+
+pub use events::{Events, EVENTS_PER_SLICE};
 
 use std::io;
 use std::sync::Arc;
@@ -26,6 +29,7 @@ pub struct State {
     admission: Admission,
     store: Store,
     sched: Option<Arc<Scheduler>>,
+    events: Events,
 }
 
 impl State {
@@ -50,6 +54,7 @@ impl State {
                 admission,
                 store,
                 sched: None,
+                events: Events::new(),
             },
             warnings,
         ))
@@ -79,6 +84,11 @@ impl State {
         &self.admission
     }
 
+    /// The event counters and the backstop history.
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
     /// Creates the slice's region files and schedules it (with a scheduler attached).
     fn start_slice(&self, rec: &SliceStatus) -> Result<(), String> {
         let Some(sched) = &self.sched else {
@@ -100,7 +110,7 @@ impl State {
         self.admission
             .slice(id)
             .and_then(|s| {
-                crate::metrics::measured_use(&self.store.slice_dir(id), s)
+                crate::slices::measured_use(&self.store.slice_dir(id), s)
                     .get(uuid)
                     .copied()
             })
