@@ -7,6 +7,14 @@ use nvml_wrapper::Nvml;
 
 use crate::inventory::{DeviceInfo, DeviceInventory, InventoryError};
 
+/// Loads and initialises NVML from `library`, or the system's `libnvidia-ml.so.1`.
+pub fn init(library: Option<&Path>) -> Result<Nvml, nvml_wrapper::error::NvmlError> {
+    match library {
+        Some(p) => Nvml::builder().lib_path(p.as_os_str()).init(),
+        None => Nvml::init(),
+    }
+}
+
 /// NVML, initialised.
 pub struct NvmlInventory {
     nvml: Nvml,
@@ -15,11 +23,7 @@ pub struct NvmlInventory {
 impl NvmlInventory {
     /// Loads and initialises NVML from `library`, or the system's `libnvidia-ml.so.1`.
     pub fn open(library: Option<&Path>) -> Result<Self, InventoryError> {
-        let nvml = match library {
-            Some(p) => Nvml::builder().lib_path(p.as_os_str()).init(),
-            None => Nvml::init(),
-        }
-        .map_err(|e| {
+        let nvml = init(library).map_err(|e| {
             InventoryError(format!(
                 "cannot initialise NVML from {}: {e}",
                 library.map_or_else(
