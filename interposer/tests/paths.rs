@@ -424,17 +424,35 @@ fn a_process_and_its_children_share_the_standalone_cap() {
     assert_eq!(field(&out, "AFTER_KILL"), 12, "{ctx}");
 }
 
-/// Parses `refused B B on device D: U of C B used` debug lines: (bytes, used, cap).
+/// Parses the gate's refusal debug lines: (bytes, used, cap). Two forms: the slice's total
+/// (`refused B B on device D: U of C B used`) and the process's own bound (`refused B B on
+/// device D: this process alone holds U of C B`).
 fn refusals(stderr: &str) -> Vec<(u64, u64, u64)> {
     stderr
         .lines()
         .filter_map(|l| {
             let rest = l.split("refused ").nth(1)?;
             let w: Vec<&str> = rest.split_whitespace().collect();
-            // "<bytes> B on device <d>: <used> of <cap> B used"
-            Some((w[0].parse().ok()?, w[5].parse().ok()?, w[7].parse().ok()?))
+            let (used, cap) = if w.get(5) == Some(&"this") {
+                (w.get(9)?, w.get(11)?)
+            } else {
+                (w.get(5)?, w.get(7)?)
+            };
+            Some((
+                w.first()?.parse().ok()?,
+                used.parse().ok()?,
+                cap.parse().ok()?,
+            ))
         })
         .collect()
+}
+
+#[test]
+fn both_refusal_forms_are_parsed() {
+    let text = "gpuslice[1]: refused 4096 B on device 0: 1000 of 4096 B used\n\
+                gpuslice[2]: refused 8 B on device 0: this process alone holds 4090 of 4096 B\n\
+                gpuslice[3]: refused a context on device 0: OverCap (context 1 B)\n";
+    assert_eq!(refusals(text), vec![(4096, 1000, 4096), (8, 4090, 4096)]);
 }
 
 #[test]
