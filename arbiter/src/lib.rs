@@ -2,6 +2,19 @@
 //! placement (bin-pack / spread) and, in the daemon, the control socket and persisted slice
 //! records ([`server`], [`store`], [`nvml`]), the time-slice scheduler ([`sched`],
 //! `docs/scheduling.md`), reclaim, the backstop, metrics, and the orderly stop ([`shutdown`]).
+//!
+//! The modules form layers; each imports only from layers below it (`tests/layers.rs` checks
+//! that the imports have no circle):
+//!
+//! 1. **Daemon edges** — [`server`] (the control socket: accept, a bounded pool, one line in,
+//!    one reply out), [`metrics`] (the HTTP scrape), [`reclaim`], [`backstop`] (its loop in
+//!    `backstop/mod.rs`) and [`shutdown`]: each holds an `Arc<Mutex<State>>`.
+//! 2. **Core** — [`state`]: the [`State`] (admission, records, scheduler, the [`state::Events`]
+//!    counters and backstop history) and request handling (`state/handle.rs`).
+//! 3. **Parts** — [`admission`] over [`fit`], [`placement`] and [`inventory`]; [`store`];
+//!    [`slices`] (region files, measured use); [`owner`] (owner identity, `/proc`); [`sched`];
+//!    the backstop's engine and adapters (`backstop/{engine,nvml,host}.rs`); [`nvml`];
+//!    [`syscalls`]; [`privileges`]. None of them knows the state or the daemon.
 
 pub mod admission;
 pub mod backstop;

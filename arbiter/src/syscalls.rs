@@ -77,7 +77,7 @@ fn probe_futex_waitv() -> bool {
     // SAFETY: zero waiters and a null timeout: the kernel reads no memory.
     let rc = unsafe {
         libc::syscall(
-            crate::sched::futex::SYS_FUTEX_WAITV,
+            libc::SYS_futex_waitv,
             std::ptr::null::<u8>(),
             0u32,
             0u32,

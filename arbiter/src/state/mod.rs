@@ -1,6 +1,6 @@
 //! The arbiter's state: the admission state, the slice records on disk, the attached time-slice
 //! scheduler, and the slices' region files kept in step with them. Requests change it through
-//! [`State::handle`] ([`handle`]), so memory state and disk change together or not at all.
+//! [`State::handle`] (`state/handle.rs`), so memory state and disk change together or not at all.
 //!
 //! Layering (no module imports one above it): the socket layer ([`crate::server`]), the
 //! metrics endpoint, reclaim, the backstop loop and the orderly stop sit on top and reach the
