@@ -27,6 +27,7 @@ pub mod gate;
 pub mod image;
 pub mod package;
 pub mod paths;
+pub mod pod;
 pub mod podman;
 pub mod procs;
 pub mod proto;
