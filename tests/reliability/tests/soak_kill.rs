@@ -251,9 +251,9 @@ fn honest_shapes_are_never_killed_and_a_bypass_still_is() {
     );
     for (i, (id, _, _, _)) in HONEST.iter().enumerate() {
         let lines = backstop_lines(&log, id);
-        // Launches the interposer let through without a lease after waiting 30 s for one
-        // ("the arbiter seems gone"): not an action of the backstop, but device time that the
-        // scheduler did not grant.
+        // Processes whose interposer waited 30 s for a lease and launched without one ("the
+        // arbiter seems gone"; said once per process, every such wait launches): not an action
+        // of the backstop, but a slice the scheduler starved.
         let stderr = std::fs::read_to_string(n.dir.join(format!("{id}.stderr")));
         let fail_open = stderr
             .as_deref()
