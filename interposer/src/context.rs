@@ -115,22 +115,10 @@ fn synced(r: R) -> R {
     r
 }
 
-/// `cuStreamSynchronize`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamSynchronize(h: CUstream) -> R {
-    synced(call!(cuStreamSynchronize: fn(CUstream) -> R; h))
-}
-
-/// `cuStreamSynchronize_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamSynchronize_ptsz(h: CUstream) -> R {
-    synced(call!(cuStreamSynchronize_ptsz: fn(CUstream) -> R; h))
+legacy_and_ptsz! {
+    /// `cuStreamSynchronize`, `cuStreamSynchronize_ptsz`.
+    fn cuStreamSynchronize, cuStreamSynchronize_ptsz(h: CUstream) -> R;
+    |real, per_thread| synced(real(h))
 }
 
 /// `cuEventSynchronize`.

@@ -368,32 +368,17 @@ fn params_flags(p: *const CUDA_GRAPH_INSTANTIATE_PARAMS) -> u64 {
     }
 }
 
-/// `cuGraphInstantiateWithParams`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams(
-    exec: *mut CUgraphExec,
-    graph: CUgraph,
-    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
-) -> R {
-    let r = call!(cuGraphInstantiateWithParams: fn(*mut CUgraphExec, CUgraph, *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> R; exec, graph, p);
-    record_exec(r, exec, graph, params_flags(p))
-}
-
-/// `cuGraphInstantiateWithParams_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithParams_ptsz(
-    exec: *mut CUgraphExec,
-    graph: CUgraph,
-    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
-) -> R {
-    let r = call!(cuGraphInstantiateWithParams_ptsz: fn(*mut CUgraphExec, CUgraph, *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> R; exec, graph, p);
-    record_exec(r, exec, graph, params_flags(p))
+legacy_and_ptsz! {
+    /// `cuGraphInstantiateWithParams`, `cuGraphInstantiateWithParams_ptsz`.
+    fn cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz(
+        exec: *mut CUgraphExec,
+        graph: CUgraph,
+        p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+    ) -> R;
+    |real, per_thread| {
+        let r = real(exec, graph, p);
+        record_exec(r, exec, graph, params_flags(p))
+    }
 }
 
 /// `cuGraphExecDestroy`.

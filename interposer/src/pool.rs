@@ -159,73 +159,28 @@ fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) 
     r
 }
 
-/// `cuMemAllocAsync`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
-        None,
-        bytesize as u64,
-        || call!(cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream) -> R; dptr, bytesize, stream),
-    )
+legacy_and_ptsz! {
+    /// `cuMemAllocAsync`, `cuMemAllocAsync_ptsz`.
+    fn cuMemAllocAsync, cuMemAllocAsync_ptsz(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        stream: CUstream,
+    ) -> R;
+    |real, per_thread| pool_alloc(None, bytesize as u64, || real(dptr, bytesize, stream))
 }
 
-/// `cuMemAllocAsync_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync_ptsz(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
-        None,
-        bytesize as u64,
-        || call!(cuMemAllocAsync_ptsz: fn(*mut CUdeviceptr, usize, CUstream) -> R; dptr, bytesize, stream),
-    )
-}
-
-/// `cuMemAllocFromPoolAsync`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
+legacy_and_ptsz! {
+    /// `cuMemAllocFromPoolAsync`, `cuMemAllocFromPoolAsync_ptsz`.
+    fn cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz(
+        dptr: *mut CUdeviceptr,
+        bytesize: usize,
+        pool: CUmemoryPool,
+        stream: CUstream,
+    ) -> R;
+    |real, per_thread| pool_alloc(
         Some(pool).filter(|p| !p.is_null()),
         bytesize as u64,
-        || call!(cuMemAllocFromPoolAsync: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> R; dptr, bytesize, pool, stream),
-    )
-}
-
-/// `cuMemAllocFromPoolAsync_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    dptr: *mut CUdeviceptr,
-    bytesize: usize,
-    pool: CUmemoryPool,
-    stream: CUstream,
-) -> R {
-    pool_alloc(
-        Some(pool).filter(|p| !p.is_null()),
-        bytesize as u64,
-        || call!(cuMemAllocFromPoolAsync_ptsz: fn(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> R; dptr, bytesize, pool, stream),
+        || real(dptr, bytesize, pool, stream),
     )
 }
 
@@ -274,32 +229,11 @@ fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce
     r
 }
 
-/// `cuMemFreeAsync`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> R {
-    free_async(
-        dptr,
-        stream,
-        false,
-        || call!(cuMemFreeAsync: fn(CUdeviceptr, CUstream) -> R; dptr, stream),
-    )
-}
-
-/// `cuMemFreeAsync_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> R {
-    free_async(
-        dptr,
-        stream,
-        true,
-        || call!(cuMemFreeAsync_ptsz: fn(CUdeviceptr, CUstream) -> R; dptr, stream),
-    )
+legacy_and_ptsz! {
+    /// `cuMemFreeAsync`, `cuMemFreeAsync_ptsz`: the charge of plain memory returns when the
+    /// stream reaches the free.
+    fn cuMemFreeAsync, cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> R;
+    |real, per_thread| free_async(dptr, stream, per_thread, || real(dptr, stream))
 }
 
 /// `cuMemPoolCreate`: remembers the pool's device so its allocations are charged there.

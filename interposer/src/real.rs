@@ -146,3 +146,40 @@ macro_rules! call {
         }
     };
 }
+
+/// One wrapper exported under the driver's two names for it: `$legacy` (the legacy default
+/// stream) and `$ptsz` (`_ptsz`, the per-thread default stream, what `--default-stream
+/// per-thread` and CUDA's `_ptsz` lookups bind). Both run the same body; in it `$real(args…)`
+/// calls the real driver function of the name that was called, and `$per_thread` says which.
+/// Writing the pair once keeps the two from drifting apart.
+///
+/// ```text
+/// legacy_and_ptsz! {
+///     /// `cuMemFreeAsync`, `cuMemFreeAsync_ptsz`.
+///     fn cuMemFreeAsync, cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> R;
+///     |real, per_thread| free_async(dptr, stream, per_thread, || real(dptr, stream))
+/// }
+/// ```
+macro_rules! legacy_and_ptsz {
+    (
+        $(#[$doc:meta])*
+        fn $legacy:ident, $ptsz:ident ($($arg:ident: $ty:ty),* $(,)?) -> R;
+        |$real:ident, $per_thread:ident| $body:expr
+    ) => {
+        legacy_and_ptsz!(@one $(#[$doc])* $legacy, false, ($($arg: $ty),*), $real, $per_thread, $body);
+        legacy_and_ptsz!(@one $(#[$doc])* $ptsz, true, ($($arg: $ty),*), $real, $per_thread, $body);
+    };
+    (@one $(#[$doc:meta])* $name:ident, $pt:expr, ($($arg:ident: $ty:ty),*), $real:ident, $per_thread:ident, $body:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// C ABI; same contract as the driver's.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> R {
+            #[allow(unused_variables)]
+            let $per_thread: bool = $pt;
+            let $real = |$($arg: $ty),*| call!($name: fn($($ty),*) -> R; $($arg),*);
+            $body
+        }
+    };
+}
