@@ -63,7 +63,7 @@ pub struct FileHeader {
 /// `LimitsFile::flags`: the slice was made by the interposer itself (`GPUSLICE_MEMORY` without
 /// an arbiter); no compute shares are enforced.
 pub const LIMITS_FLAG_STANDALONE: u32 = 1;
-/// `LimitsFile::flags`: an arbiter manages this slice's leases (issue 4 launch gate).
+/// `LimitsFile::flags`: an arbiter manages this slice's leases (the launch gate waits for a lease).
 pub const LIMITS_FLAG_LEASED: u32 = 2;
 
 /// `DeviceLimits::memory_cap` value meaning "no cap".
@@ -136,7 +136,7 @@ pub const LEASE_UNGATED: u32 = 2;
 /// adds `LEASE_GENERATION_ONE` on every grant or revoke so that futex waiters see a change.
 pub const LEASE_GENERATION_ONE: u32 = 4;
 
-/// The `lease` file (issue 4).
+/// The `lease` file.
 #[repr(C)]
 pub struct LeaseFile {
     /// Common header, kind [`FileKind::Lease`].
@@ -186,7 +186,7 @@ pub struct UsageFile {
 pub struct DeviceUsage {
     /// Reserved bytes of the slice with the freeze bit and owner (`TOTAL_*`).
     pub total: AtomicU64,
-    /// Futex word for the launch gate (issue 4): number of threads waiting for the lease.
+    /// Futex word for the launch gate: number of threads waiting for the lease.
     pub demand: AtomicU32,
     /// Scheduler: the lease word under which the slice last launched (activity signal; stored
     /// by a launch only when it differs, so at most once per lease renewal per process).
@@ -205,7 +205,7 @@ pub struct DeviceUsage {
     /// queued on the device or a thread inside a launch. A process adds itself on its first
     /// launch after being quiet and removes itself once everything it queued has completed
     /// and it launched nothing for a short linger. At 0 for the current grant the holder is
-    /// idle and the arbiter hands the lease on at once when others wait (issue 14).
+    /// idle and the arbiter hands the lease on at once when others wait.
     pub busy: AtomicU64,
     /// Reserved, zero.
     pub reserved: [AtomicU64; 3],
