@@ -56,6 +56,11 @@ const QUIET_LINGER: Duration = Duration::from_micros(200);
 /// Longest typical launch for which a revoked process says `near` (early hand-off) while its
 /// last launch still runs; longer launches hand on when drained.
 const NEAR_MAX_LAUNCH_NS: u64 = 2_000_000;
+/// How long a gate thread that finished its drain waits, at most, for a thread of its process
+/// that was woken by the same completion (it waited in the queue bound) to count itself in
+/// `demand` before reporting the drain: otherwise the arbiter may see the revoked slice not
+/// waiting and pass it over for a whole lease of the next holder.
+const SETTLE_MAX: Duration = Duration::from_micros(500);
 
 thread_local! {
     /// (lease word, entry) of this thread's last slow path and the streams seen under it.
@@ -79,6 +84,8 @@ struct Entry {
     seq: AtomicU32,
     /// Threads between the start of a bounded launch and its queue-bound event.
     launching: AtomicU32,
+    /// Of those, threads counted in `demand` (waiting for the lease).
+    lease_waiting: AtomicU32,
     /// (grant, stream, context) launched on.
     streams: Mutex<Vec<(u32, usize, usize)>>,
     /// Queue-bound events (event, grant recorded under), oldest first.
@@ -113,6 +120,7 @@ const ENTRY: Entry = Entry {
     busy: AtomicU32::new(0),
     seq: AtomicU32::new(0),
     launching: AtomicU32::new(0),
+    lease_waiting: AtomicU32::new(0),
     streams: Mutex::new(Vec::new()),
     events: Mutex::new(VecDeque::new()),
     spare: Mutex::new(Vec::new()),
@@ -162,7 +170,7 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     }
     let mut w = word.load();
     if !may_launch(w) {
-        w = wait_for_lease(g, e);
+        w = wait_for_lease(g, e, counted);
     }
     if w & LEASE_UNGATED != 0 {
         return Ok(counted);
@@ -282,12 +290,17 @@ fn remove_pending(p: &AtomicU64, grant: u32) {
 
 /// Waits until the lease is held (or ungated); returns the word then.
 #[cold]
-fn wait_for_lease(g: &crate::state::Gate, e: usize) -> u32 {
+fn wait_for_lease(g: &crate::state::Gate, e: usize, counted: bool) -> u32 {
     let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
         return LEASE_UNGATED;
     };
     if words.demand.fetch_add(1, AcqRel) == 0 {
         futex_wake(words.demand.as_ptr());
+    }
+    // After `demand`: a gate thread about to report its drain waits for this (`settle`).
+    let lw = &ENTRIES[e].lease_waiting;
+    if counted {
+        lw.fetch_add(1, SeqCst);
     }
     let start = Instant::now();
     let mut w = word.load();
@@ -305,8 +318,30 @@ fn wait_for_lease(g: &crate::state::Gate, e: usize) -> u32 {
         futex_wait(word.as_ptr(), w, Duration::from_millis(200));
         w = word.load();
     }
+    if counted {
+        lw.fetch_sub(1, SeqCst);
+    }
     words.demand.fetch_sub(1, AcqRel);
     w
+}
+
+/// Before a drain report: waits (at most [`SETTLE_MAX`]) until every thread of entry `e`
+/// inside a bounded launch is counted in `demand` (or has launched). A thread that waited in
+/// the queue bound for the process's last kernel wakes on the same completion as the drain;
+/// reported first, the drain makes the arbiter decide while the revoked slice seems not to
+/// wait, and a slice with one long launch per lease (20 ms kernels, 100 ms graphs) is passed
+/// over for a whole lease of its neighbour (1 s windows 6 points short). Costs the revoked
+/// slice, which is charged up to its report, that thread's wake-up, only when it has one.
+fn settle(e: usize) {
+    let ent = &ENTRIES[e];
+    let unsettled = || ent.launching.load(SeqCst) > ent.lease_waiting.load(SeqCst);
+    if !unsettled() {
+        return;
+    }
+    let t0 = Instant::now();
+    while unsettled() && t0.elapsed() < SETTLE_MAX {
+        std::thread::yield_now();
+    }
 }
 
 fn futex_wait(addr: *const u32, val: u32, timeout: Duration) {
@@ -409,6 +444,7 @@ extern "C" fn after_fork_child() {
         ent.neared.store(0, Relaxed);
         ent.busy.store(0, Relaxed);
         ent.launching.store(0, Relaxed);
+        ent.lease_waiting.store(0, Relaxed);
         if let Ok(mut v) = ent.streams.try_lock() {
             v.clear();
         }
@@ -511,6 +547,7 @@ fn gate_thread(e: usize) {
             for (_, s, ctx) in mine {
                 drain(s, ctx);
             }
+            settle(e);
             leave_near(ent, &words, grant);
             ent.drained.store(grant, Release);
             remove_pending(words.pending, grant);

@@ -429,37 +429,33 @@ impl Policy {
     /// The decision at `now`.
     pub fn decide(&mut self, now: u64) -> Decision {
         self.quiet_revoke = false;
-        let Some(mut h) = self.holder else {
-            return match self.pick(now) {
-                Some(i) => Decision::Grant(i),
-                None => {
-                    let r = self.refill_time(now);
-                    let b = self.backoff_end(now);
-                    Decision::Idle {
-                        wake_at: match (r, b) {
-                            (Some(r), Some(b)) => Some(r.min(b)),
-                            (r, b) => r.or(b),
-                        },
-                    }
-                }
-            };
+        // The holder is read here and changed in place below (`self.holder.as_mut()`), never
+        // through a copy: no return path has a copy to write back.
+        let Some(&Holder {
+            idx: me,
+            deferred,
+            charged_to,
+            ..
+        }) = self.holder.as_ref()
+        else {
+            return self.decide_free(now);
         };
-        if !h.deferred {
-            self.charge(h.idx, h.charged_to, now);
-            h.charged_to = now.max(h.charged_to);
+        if !deferred {
+            self.charge(me, charged_to, now);
+            if let Some(h) = self.holder.as_mut() {
+                h.charged_to = now.max(h.charged_to);
+            }
         }
-        self.holder = Some(h);
         // The virtual clock follows the busy slice furthest behind (the holder when alone), so
         // a slice that starts waiting during a long hold starts level with it (no credit for
         // having been idle). Not the holder's own virtual time: a light slice (best effort,
         // weight 1 bp) charged one lease jumps far ahead, and slices coming back from idle
         // must not be lifted up to it (they would then tie with it and lose their weights).
         let behind = (0..self.slices.len())
-            .filter(|&i| i == h.idx || self.slices[i].obs.waiting)
+            .filter(|&i| i == me || self.slices[i].obs.waiting)
             .map(|i| self.slices[i].vtime)
             .fold(f64::INFINITY, f64::min);
         self.vclock = self.vclock.max(behind);
-        let me = h.idx;
         let others = self.waiting_eligible(now, Some(me));
         let my = self.slices[me].params;
         if !my.high && others.iter().any(|&i| self.slices[i].params.high) {
@@ -468,7 +464,7 @@ impl Policy {
         // Granted while the previous holder's last kernels still run: its lease (and activity
         // checks) start when that drain is reported ([`Policy::overrun`]); a lease timed from
         // the grant could end before its first kernel ran.
-        if h.deferred {
+        if deferred {
             return Decision::Keep {
                 renew: false,
                 wake_at: now + self.quantum / 2,
@@ -478,13 +474,18 @@ impl Policy {
         if limited && !self.eligible(me, now) {
             return Decision::Revoke;
         }
-        let mut renew = false;
         let lease = self.lease_len(me, &others);
         let obs = self.slices[me].obs;
         // Activity is checked every quantum (a lone holder every 100 ms): a holder that launched
         // nothing since the last check gives the lease up at once; otherwise the generation is
         // renewed so the next quantum's launches can be seen.
         let check_every = self.check_every(others.is_empty(), limited);
+        let quantum = self.quantum;
+        let Some(h) = self.holder.as_mut() else {
+            // Nothing above clears the holder.
+            return self.decide_free(now);
+        };
+        let mut renew = false;
         if obs.active && !h.progress {
             h.progress = true;
             self.slices[me].strikes = 0;
@@ -494,7 +495,6 @@ impl Policy {
         // instead of at the next activity check (2.5–5 ms of idle device per lease with a
         // 5 ms quantum): the loop hands on without waiting for its (empty) drain.
         if obs.quiet && h.progress && !obs.waiting && !others.is_empty() {
-            self.holder = Some(h);
             self.quiet_revoke = true;
             return Decision::Revoke;
         }
@@ -508,7 +508,6 @@ impl Policy {
                 if !h.progress {
                     self.no_progress(me, now);
                 }
-                self.holder = Some(h);
                 return Decision::Revoke;
             }
             h.graced |= grace;
@@ -517,14 +516,12 @@ impl Policy {
         }
         if now.saturating_sub(h.lease_start) >= lease {
             if !others.is_empty() {
-                // Keep what this call learned (progress, the check): the loop asks
-                // `holder_progressed` next to decide whether to wait for the drain.
-                self.holder = Some(h);
+                // What this call learned (progress, the check) is already in the holder: the
+                // loop asks `holder_progressed` next to decide whether to wait for the drain.
                 return Decision::Revoke;
             }
             h.lease_start = now;
         }
-        self.holder = Some(h);
         let mut wake_at = (h.checked_at + check_every).min(if others.is_empty() {
             u64::MAX
         } else {
@@ -534,10 +531,28 @@ impl Policy {
             let s = &self.slices[me];
             let r = f64::from(s.params.limit) / f64::from(FULL);
             let left = (s.tokens / (1.0 - r).max(1e-6)).max(0.0);
-            let left = left.max(self.quantum as f64 / 4.0);
+            let left = left.max(quantum as f64 / 4.0);
             wake_at = wake_at.min(now + left as u64);
         }
         Decision::Keep { renew, wake_at }
+    }
+
+    /// The decision when nobody holds the lease: grant the waiting, eligible slice with the
+    /// smallest virtual time, or sleep until a capped slice refills or a back-off ends.
+    fn decide_free(&mut self, now: u64) -> Decision {
+        match self.pick(now) {
+            Some(i) => Decision::Grant(i),
+            None => {
+                let r = self.refill_time(now);
+                let b = self.backoff_end(now);
+                Decision::Idle {
+                    wake_at: match (r, b) {
+                        (Some(r), Some(b)) => Some(r.min(b)),
+                        (r, b) => r.or(b),
+                    },
+                }
+            }
+        }
     }
 
     /// Slice `i` held a lease and launched nothing in it although it claimed demand: its demand
@@ -1233,6 +1248,35 @@ mod tests {
     /// quiet word without any launch under the lease (a claim, not progress) does not count.
     /// Charging stays exact: the holder pays up to the revoke, then its (background) drain,
     /// and the next holder only from the drain report on.
+    #[test]
+    fn what_decide_learns_is_kept_when_it_revokes() {
+        // Issue 16 item 2: `decide` once worked on a copy of the holder and lost what it had
+        // learnt on a return path that forgot to write it back. Progress first seen in the
+        // very call that ends the lease must reach `holder_progressed` (the loop waits for
+        // the drain only then) and clear the strikes.
+        let q = 5 * MS;
+        let mut p = Policy::new(q);
+        let a = p.set_slice("a", g(50), 0);
+        let b = p.set_slice("b", g(50), 0);
+        let obs = |waiting, active| Observation {
+            waiting,
+            active,
+            quiet: false,
+        };
+        p.granted(a, 0);
+        p.slices[a].strikes = 3;
+        // First look at a's activity only at the lease's end, with b waiting: revoked, and
+        // the launch it saw is kept.
+        let end = 2 * q;
+        p.observe(a, obs(false, true), end);
+        p.observe(b, obs(true, false), end);
+        p.observed(end);
+        assert_eq!(p.decide(end), Decision::Revoke);
+        assert!(p.holder_progressed());
+        assert_eq!(p.slices[a].strikes, 0);
+        assert_eq!(p.slices()[a].charged_ns, end, "charged up to the decision");
+    }
+
     #[test]
     fn quiet_holder_is_revoked_at_once_when_others_wait() {
         let q = 5 * MS;
