@@ -489,7 +489,7 @@ fn pct(v: Option<f64>) -> String {
 
 fn render(rows: &[Row]) -> Vec<String> {
     let mut out = vec![format!(
-        "{:<10} {:<16} {:<9} {:<22} {:>7} {:>8}  {:<22} {}",
+        "{:<10} {:<16} {:<9} {:<28} {:>6} {:>8}  {:<18} {}",
         "tenant", "phase", "window", "promised", "got", "charged", "memory held / cap", "verdict"
     )];
     let mut last = "";
@@ -520,7 +520,7 @@ fn render(rows: &[Row]) -> Vec<String> {
             Verdict::Unmeasured => "not measured".to_string(),
         };
         out.push(format!(
-            "{:<10} {:<16} {:<9} {:<22} {:>7} {:>8}  {:<22} {}",
+            "{:<10} {:<16} {:<9} {:<28} {:>6} {:>8}  {:<18} {}",
             if r.tenant == last { "" } else { r.tenant },
             r.phase,
             format!("{:.0}-{:.0} s", r.window.0, r.window.1),
