@@ -6,7 +6,7 @@
 
 #![allow(non_snake_case)]
 
-use crate::cuda::{freed, gated};
+use crate::charge::{freed, gated};
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;

@@ -108,7 +108,7 @@ fn synced(r: R) -> R {
     if r == CUDA_SUCCESS {
         if let Some(_g) = guard::enter() {
             if let Some(g) = gate() {
-                crate::pool::sync_pools(g);
+                crate::charge::sync_pools(g);
             }
         }
     }

@@ -1,134 +1,23 @@
-//! Exported CUDA driver wrappers: the memory gate (every allocating entry point reserves in the
-//! slice before calling the driver and returns the reservation if the driver fails), frees, the
-//! slice's view of memory totals, `cuGetProcAddress`, and pass-through launch entry points.
-//! See `docs/interposer.md` for the table of every memory-creating API and how it is handled.
+//! Exported CUDA driver wrappers for plain memory: every allocating entry point goes through
+//! the memory gate (`charge::gated`: reserve in the slice before calling the driver, return the
+//! reservation if the driver fails), frees (`charge::freed`), and the slice's view of memory
+//! totals (`cuMemGetInfo`, `cuDeviceTotalMem`). See `docs/interposer.md` for the table of every
+//! memory-creating API and how it is handled.
 
 #![allow(non_snake_case)]
 
+use crate::charge::{freed, gated, round};
 use crate::guard;
-use crate::state::{gate, Gate, GRANULARITY};
+// The launch gate still names it here.
+pub(crate) use crate::driver::current_device;
+use crate::state::gate;
 use gpuslice_cuda_abi::memory::*;
-use gpuslice_cuda_abi::procaddr::{resolve, CUdriverProcAddressQueryResult};
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
 use gpuslice_region::UNCAPPED;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::c_uint;
 
 type R = CUresult;
-
-pub(crate) fn round(bytes: u64) -> u64 {
-    bytes.div_ceil(GRANULARITY).saturating_mul(GRANULARITY)
-}
-
-/// Ordinal of the current context's device.
-pub(crate) fn current_device() -> Option<CUdevice> {
-    let f = real!(cuda_sym cuCtxGetDevice: fn(*mut CUdevice) -> R)?;
-    let mut d: CUdevice = -1;
-    // SAFETY: real cuCtxGetDevice writes one CUdevice to a valid pointer.
-    (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
-}
-
-/// UUID of `ordinal` as NVML spells it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`).
-pub fn device_uuid(ordinal: CUdevice) -> Option<String> {
-    let mut u = CUuuid::default();
-    let r = if let Some(f) = real!(cuda_sym cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> R) {
-        // SAFETY: writes 16 bytes into `u`.
-        unsafe { f(&mut u, ordinal) }
-    } else {
-        let f = real!(cuda_sym cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> R)?;
-        // SAFETY: as above.
-        unsafe { f(&mut u, ordinal) }
-    };
-    if r != CUDA_SUCCESS {
-        return None;
-    }
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
-    let hex = |r: std::ops::Range<usize>| {
-        b.get(r)
-            .unwrap_or_default()
-            .iter()
-            .map(|x| format!("{x:02x}"))
-            .collect::<String>()
-    };
-    Some(format!(
-        "GPU-{}-{}-{}-{}-{}",
-        hex(0..4),
-        hex(4..6),
-        hex(6..8),
-        hex(8..10),
-        hex(10..16)
-    ))
-}
-
-/// The real total memory of `ordinal`.
-pub fn real_total(ordinal: CUdevice) -> Option<u64> {
-    let f = real!(cuda_sym cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> R)?;
-    let mut t = 0usize;
-    // SAFETY: writes one size_t.
-    (unsafe { f(&mut t, ordinal) } == CUDA_SUCCESS).then_some(t as u64)
-}
-
-/// Context for one gated call: the gate and the current device's slice entry.
-pub(crate) struct Site {
-    pub(crate) gate: &'static Gate,
-    pub(crate) ordinal: CUdevice,
-    pub(crate) entry: usize,
-}
-
-pub(crate) fn site() -> Option<Site> {
-    let gate = gate()?;
-    let ordinal = current_device()?;
-    let entry = gate.entry(ordinal)?;
-    Some(Site {
-        gate,
-        ordinal,
-        entry,
-    })
-}
-
-/// Reserve-then-allocate: charges `round(size)`, runs `alloc`, keeps the charge under the
-/// returned key on success and returns it otherwise.
-pub(crate) fn gated(size: u64, alloc: impl FnOnce() -> (R, Option<u64>)) -> R {
-    let Some(_g) = guard::enter() else {
-        return alloc().0;
-    };
-    let Some(s) = site().filter(|_| size > 0) else {
-        return alloc().0;
-    };
-    let bytes = round(size);
-    if let Err(e) = s.gate.charge(s.ordinal, s.entry, bytes) {
-        // Stream-ordered pools may hold memory the app already freed: give it back and retry.
-        if !crate::pool::sync_pools(s.gate) || s.gate.charge(s.ordinal, s.entry, bytes).is_err() {
-            return e;
-        }
-    }
-    let (r, key) = alloc();
-    match (r, key) {
-        (CUDA_SUCCESS, Some(k)) => s.gate.track(k, s.entry, bytes),
-        _ => s.gate.uncharge(s.entry, bytes),
-    }
-    r
-}
-
-/// Free-then-uncharge (never below the driver's truth).
-pub(crate) fn freed(key: u64, free: impl FnOnce() -> R) -> R {
-    let Some(g) = gate() else { return free() };
-    // Out of the table before the driver frees: once it has, another thread may be given the
-    // same address and track it, and a later untrack would take that thread's charge.
-    let held = g.untrack(key);
-    let r = free();
-    match (r, held) {
-        (CUDA_SUCCESS, Some((e, b))) => g.uncharge(e, b),
-        (CUDA_SUCCESS, None) => crate::graph::free_now(g, key),
-        (_, Some((e, b))) => {
-            if let Ok(mut m) = g.allocs.lock() {
-                m.entry(key).or_insert((e, b));
-            }
-        }
-        (_, None) => {}
-    }
-    r
-}
 
 /// `cuMemAlloc_v2`.
 ///
@@ -305,7 +194,7 @@ fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64
     if cap == UNCAPPED {
         return None;
     }
-    crate::pool::sync_pools(g);
+    crate::charge::sync_pools(g);
     g.refresh();
     let total = cap.min(real_total);
     let free = g.free_view(cap, entry).min(total).min(real_free);
@@ -440,7 +329,7 @@ pub unsafe extern "C" fn cuMemCreate(
     };
     let bytes = round(size as u64);
     if g.charge(loc.id, entry, bytes).is_err()
-        && (!crate::pool::sync_pools(g) || g.charge(loc.id, entry, bytes).is_err())
+        && (!crate::charge::sync_pools(g) || g.charge(loc.id, entry, bytes).is_err())
     {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -465,79 +354,4 @@ pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> R
         handle | (1 << 63),
         || call!(cuMemRelease: fn(CUmemGenericAllocationHandle) -> R; handle),
     )
-}
-
-// ---- cuGetProcAddress ----
-
-/// Replaces `*pfn` by our wrapper when the export the driver's rule selects is one we wrap.
-fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
-    if symbol.is_null() || pfn.is_null() {
-        return;
-    }
-    // SAFETY: cuGetProcAddress's contract: `symbol` is NUL-terminated.
-    let Ok(name) = unsafe { CStr::from_ptr(symbol) }.to_str() else {
-        return;
-    };
-    // The driver picks among its own variants only: a 12.x driver asked for `cudaVersion` 13000
-    // hands out its 12.x variant, so our choice (the wrapper's signature) must be capped alike.
-    let version = match driver_version() {
-        Some(d) => version.min(d),
-        None => version,
-    };
-    if let Ok(export) = resolve(name, version, flags) {
-        if let Some(ours) = crate::table::lookup(export.as_bytes()) {
-            // SAFETY: valid out-pointer the driver just wrote.
-            unsafe { *pfn = ours };
-        }
-    }
-}
-
-/// The real driver's `cuDriverGetVersion`, read once (it works before `cuInit`).
-fn driver_version() -> Option<c_int> {
-    static V: std::sync::OnceLock<Option<c_int>> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        let f = crate::real!(cuda_sym cuDriverGetVersion: fn(*mut c_int) -> R)?;
-        let mut v: c_int = 0;
-        // SAFETY: writes one int.
-        (unsafe { f(&mut v) } == CUDA_SUCCESS && v > 0).then_some(v)
-    })
-}
-
-/// `cuGetProcAddress_v2`: the driver answers (status and errors unchanged); for symbols we wrap,
-/// the pointer is our wrapper of the variant the driver chose by `cudaVersion` and `flags`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    version: c_int,
-    flags: u64,
-    status: *mut CUdriverProcAddressQueryResult,
-) -> R {
-    let r = call!(cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult) -> R;
-        symbol, pfn, version, flags, status);
-    if r == CUDA_SUCCESS {
-        substitute(symbol, pfn, version, flags);
-    }
-    r
-}
-
-/// `cuGetProcAddress` (CUDA 11.3–11.8 signature).
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    version: c_int,
-    flags: u64,
-) -> R {
-    let r = call!(cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> R; symbol, pfn, version, flags);
-    if r == CUDA_SUCCESS {
-        substitute(symbol, pfn, version, flags);
-    }
-    r
 }

@@ -14,101 +14,17 @@
 
 #![allow(non_snake_case)]
 
-use crate::cuda::round;
+use crate::charge::{free_if, release, round, sync_cache};
+use crate::graphmem::{Alloc, Graphs};
 use crate::guard;
-use crate::state::{gate, Gate};
+use crate::state::gate;
 use gpuslice_cuda_abi::exec::*;
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
-use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 
 type R = CUresult;
-
-const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: u32 = 2;
-
-/// One graph allocation (by address).
-#[derive(Clone, Copy, Debug)]
-struct Alloc {
-    entry: usize,
-    ordinal: CUdevice,
-    bytes: u64,
-    live: bool,
-    gen: u64,
-}
-
-/// Allocation and free nodes of a graph.
-#[derive(Clone, Debug, Default)]
-struct Nodes {
-    allocs: Vec<u64>,
-    frees: Vec<u64>,
-}
-
-/// Graph-memory bookkeeping of this process.
-#[derive(Debug, Default)]
-pub struct Graphs {
-    allocs: HashMap<u64, Alloc>,
-    graphs: HashMap<usize, Nodes>,
-    execs: HashMap<usize, (Nodes, bool)>,
-    /// Per ordinal: (entry, bytes charged for memory the driver caches for graphs).
-    cache: HashMap<CUdevice, (usize, u64)>,
-}
-
-fn reserved_by_driver(ordinal: CUdevice) -> Option<u64> {
-    let f =
-        crate::real!(cuda_sym cuDeviceGetGraphMemAttribute: fn(CUdevice, u32, *mut c_void) -> R)?;
-    let mut v: u64 = 0;
-    // SAFETY: RESERVED_MEM_CURRENT is a cuuint64_t out-value.
-    let r = unsafe {
-        f(
-            ordinal,
-            CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT,
-            (&mut v as *mut u64).cast(),
-        )
-    };
-    (r == CUDA_SUCCESS).then_some(v)
-}
-
-/// Lowers the graph-cache charges to what the driver still reserves beyond live allocations.
-/// Returns whether a charge went down.
-pub(crate) fn sync_cache(g: &Gate) -> bool {
-    let Ok(mut gr) = g.graphs.lock() else {
-        return false;
-    };
-    if gr.cache.is_empty() {
-        return false;
-    }
-    let mut lowered = false;
-    let devices: Vec<CUdevice> = gr.cache.keys().copied().collect();
-    for d in devices {
-        let live: u64 = gr
-            .allocs
-            .values()
-            .filter(|a| a.live && a.ordinal == d)
-            .map(|a| a.bytes)
-            .sum();
-        let target = reserved_by_driver(d).map_or(0, |r| r.saturating_sub(live));
-        if let Some((e, c)) = gr.cache.get_mut(&d) {
-            if target < *c {
-                g.uncharge(*e, *c - target);
-                *c = target;
-                lowered = true;
-            }
-        }
-    }
-    lowered
-}
-
-/// An allocation stopped being live: its bytes leave the slice, or stay as the device's graph
-/// cache when the driver reports one.
-fn release(g: &Gate, gr: &mut Graphs, a: Alloc) {
-    if reserved_by_driver(a.ordinal).is_some() {
-        gr.cache.entry(a.ordinal).or_insert((a.entry, 0)).1 += a.bytes;
-    } else {
-        g.uncharge(a.entry, a.bytes);
-    }
-}
 
 fn record_alloc(graph: CUgraph, va: u64, bytes: usize, ordinal: CUdevice) {
     let Some(_g) = guard::enter() else { return };
@@ -413,37 +329,6 @@ pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> R {
     r
 }
 
-/// A free in stream order of graph memory at `va` (`cuMemFreeAsync`): returns the work to run
-/// when the stream gets there, or `None` when `va` is not a live graph allocation.
-pub(crate) fn free_later(g: &Gate, va: u64) -> Option<Box<dyn FnOnce() + Send>> {
-    let gen = {
-        let gr = g.graphs.lock().ok()?;
-        let a = gr.allocs.get(&va).filter(|a| a.live)?;
-        a.gen
-    };
-    Some(Box::new(move || free_if(va, gen)))
-}
-
-/// `cuMemFree` of graph memory.
-pub(crate) fn free_now(g: &Gate, va: u64) {
-    if let Some(f) = free_later(g, va) {
-        f();
-    }
-}
-
-fn free_if(va: u64, gen: u64) {
-    let Some(g) = gate() else { return };
-    let Ok(mut gr) = g.graphs.lock() else { return };
-    let Some(a) = gr.allocs.get_mut(&va) else {
-        return;
-    };
-    if a.live && a.gen == gen {
-        a.live = false;
-        let a = *a;
-        release(g, &mut gr, a);
-    }
-}
-
 /// `cuGraphLaunch(_ptsz)` with graph memory: charges the executable graph's allocations, runs
 /// `launch`, and schedules the return of what its free nodes release.
 pub(crate) fn launch(
@@ -495,7 +380,7 @@ pub(crate) fn launch(
         let mut ok = need == 0 || g.charge(a.ordinal, a.entry, need).is_ok();
         if !ok {
             drop(gr);
-            let lowered = crate::pool::sync_pools(g);
+            let lowered = crate::charge::sync_pools(g);
             gr = match g.graphs.lock() {
                 Ok(x) => x,
                 Err(_) => return CUDA_ERROR_OUT_OF_MEMORY,
@@ -538,7 +423,7 @@ pub(crate) fn launch(
         .collect();
     drop(gr);
     if !frees.is_empty() {
-        crate::pool::in_stream_order(
+        crate::driver::in_stream_order(
             stream,
             ptsz,
             Box::new(move || {

@@ -4,11 +4,17 @@
 //! and enforces the slice's memory caps with reserve-then-allocate on the shared region
 //! (`gpuslice-region`). See `docs/interposer.md`.
 //!
-//! Modules: `ctor` (the only load-time work), `real` / `elf` (finding the real functions),
-//! `dl` (dlsym/dlvsym), `table` (name → wrapper), `state` (lazy mode, caps, usage record),
-//! `cuda` / `pool` / `array` / `graph` / `nvml` (the memory wrappers and totals), `launch` (launch
-//! entry points) calling `gate` (the launch gate), `nvml_procs` (NVML process lists and
-//! samples limited to the slice's own processes), `guard` (re-entrancy), `log`.
+//! Modules, bottom to top (no module imports one above it; `tests/layers.rs` checks there is
+//! no circle): `log`, `guard` (re-entrancy), `ctor` (the only load-time work); `real` / `elf`
+//! (finding the real functions); `driver` (queries of the real driver: current device, UUID,
+//! real total, pool and graph reserves, stream-ordered callbacks); `graphmem` (graph-memory
+//! bookkeeping, plain data); `state` (the memory gate: mode, caps, charges, tables); `charge`
+//! (what every allocating wrapper does around the real call: reserve-then-allocate,
+//! free-then-uncharge, pool and graph-cache corrections); the export modules `cuda` / `pool` /
+//! `array` / `graph` / `context` / `nvml` / `nvml_procs` / `nvml_private` (the wrappers and the
+//! slice's totals and NVML view) and `launch` (launch entry points) calling `gate` (the launch
+//! gate); `table` (name → wrapper, with the `cuGetProcAddress` wrappers) and `dl`
+//! (dlsym/dlvsym) on top.
 
 // The wrappers are `extern "C"` and the profiles abort on panic, so a panic kills the
 // application: no panicking construct outside tests.
@@ -28,16 +34,19 @@
 #[macro_use]
 pub mod real;
 pub mod array;
+pub mod charge;
 pub mod context;
 pub mod ctor;
 pub mod cuda;
 pub mod dl;
+pub mod driver;
 pub mod elf;
 // Its `ENTRIES[e]` indexes take `e` from `entry_of`, which returns only `e < MAX_DEVICES`
 // (the array's length); converting them to checked reads is left for the launch-gate rework.
 #[allow(clippy::indexing_slicing)]
 mod gate;
 pub mod graph;
+pub mod graphmem;
 pub mod guard;
 pub mod launch;
 pub mod log;

@@ -7,59 +7,19 @@
 
 #![allow(non_snake_case)]
 
-use crate::cuda::{round, site};
+use crate::charge::{round, site, sync_locked, sync_pools};
+use crate::driver::{current_pool, in_stream_order, pool_attr};
 use crate::guard;
-use crate::state::{gate, Gate, PoolCharge};
+use crate::state::{gate, PoolCharge};
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
-use std::collections::HashMap;
 use std::ffi::c_void;
 
 type R = CUresult;
 
 /// Sub-allocation alignment of pools (the driver's and the simulator's).
 const POOL_ALIGN: u64 = 512;
-
-fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
-    let f = crate::real!(cuda_sym cuMemPoolGetAttribute: fn(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> R)?;
-    let mut v: u64 = 0;
-    // SAFETY: the reserved / used attributes are cuuint64_t out-values.
-    let r = unsafe { f(pool, attr, (&mut v as *mut u64).cast()) };
-    (r == CUDA_SUCCESS).then_some(v)
-}
-
-fn current_pool(ordinal: CUdevice) -> Option<CUmemoryPool> {
-    let f = crate::real!(cuda_sym cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> R)?;
-    let mut p: CUmemoryPool = std::ptr::null_mut();
-    // SAFETY: writes one handle.
-    (unsafe { f(&mut p, ordinal) } == CUDA_SUCCESS && !p.is_null()).then_some(p)
-}
-
-fn sync_locked(g: &Gate, pools: &mut HashMap<usize, PoolCharge>) -> bool {
-    let mut lowered = false;
-    for (&p, c) in pools.iter_mut() {
-        if let Some(now) = pool_attr(p as CUmemoryPool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
-            if now < c.charged {
-                g.uncharge(c.entry, c.charged - now);
-                c.charged = now;
-                lowered = true;
-            }
-        }
-    }
-    lowered
-}
-
-/// Brings every known pool's charge down to its current reserved size (and graph memory to
-/// what the driver still holds). Returns whether any charge went down.
-pub(crate) fn sync_pools(g: &Gate) -> bool {
-    let mut lowered = match g.pools.lock() {
-        Ok(mut pools) => sync_locked(g, &mut pools),
-        Err(_) => false,
-    };
-    lowered |= crate::graph::sync_cache(g);
-    lowered
-}
 
 /// Pool allocation: pre-charges the growth the pool needs, runs `alloc`, then sets the pool's
 /// charge to what it reserves now.
@@ -116,7 +76,7 @@ fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) 
             break;
         }
         // Pools (this one included) may have released memory: re-read everything once.
-        let lowered = sync_locked(g, &mut pools) | crate::graph::sync_cache(g);
+        let lowered = sync_locked(g, &mut pools) | crate::charge::sync_cache(g);
         if let Some(c) = pools.get(&(pool as usize)) {
             slot.charged = c.charged;
         }
@@ -184,26 +144,6 @@ legacy_and_ptsz! {
     )
 }
 
-/// Runs `f` when `stream` reaches this point (a host function enqueued with
-/// `cuLaunchHostFunc`); runs it at once if that cannot be enqueued.
-pub(crate) fn in_stream_order(stream: CUstream, ptsz: bool, f: Box<dyn FnOnce() + Send>) {
-    extern "C" fn trampoline(data: *mut c_void) {
-        // SAFETY: `data` is the Box<Box<dyn FnOnce>> leaked below, run exactly once.
-        let f = unsafe { Box::from_raw(data.cast::<Box<dyn FnOnce() + Send>>()) };
-        f();
-    }
-    let data = Box::into_raw(Box::new(f)).cast::<c_void>();
-    let cb: gpuslice_cuda_abi::exec::CUhostFn = Some(trampoline);
-    let r = if ptsz {
-        call!(cuLaunchHostFunc_ptsz: fn(CUstream, gpuslice_cuda_abi::exec::CUhostFn, *mut c_void) -> R; stream, cb, data)
-    } else {
-        call!(cuLaunchHostFunc: fn(CUstream, gpuslice_cuda_abi::exec::CUhostFn, *mut c_void) -> R; stream, cb, data)
-    };
-    if r != CUDA_SUCCESS {
-        trampoline(data);
-    }
-}
-
 fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce() -> R) -> R {
     let r = free();
     if r != CUDA_SUCCESS {
@@ -222,7 +162,7 @@ fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce
                 }
             }),
         );
-    } else if let Some(done) = crate::graph::free_later(g, dptr) {
+    } else if let Some(done) = crate::charge::free_later(g, dptr) {
         in_stream_order(stream, ptsz, done);
     }
     // Pool memory stays reserved by its pool: charges follow RESERVED_MEM_CURRENT.

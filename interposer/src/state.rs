@@ -33,7 +33,7 @@ pub struct Gate {
     /// Pools: handle → what we charge for it (its last seen reserved size).
     pub pools: Mutex<HashMap<usize, PoolCharge>>,
     /// Graph memory (allocation nodes, launches, frees): see `crate::graph`.
-    pub graphs: Mutex<crate::graph::Graphs>,
+    pub graphs: Mutex<crate::graphmem::Graphs>,
     /// Bytes this process has charged per slice entry, in its own memory: a process is never
     /// let past the cap on its own, whatever the tenant-writable `usage` file says.
     mine: [AtomicU64; layout::MAX_DEVICES],
@@ -301,7 +301,7 @@ impl Gate {
             capcache: [const { AtomicU64::new(0) }; MAX_ORDINALS],
             allocs: Mutex::new(HashMap::new()),
             pools: Mutex::new(HashMap::new()),
-            graphs: Mutex::new(crate::graph::Graphs::default()),
+            graphs: Mutex::new(crate::graphmem::Graphs::default()),
             mine: [const { AtomicU64::new(0) }; layout::MAX_DEVICES],
             ctx: [const { AtomicU64::new(0) }; layout::MAX_DEVICES],
         }
@@ -347,7 +347,7 @@ impl Gate {
     fn lookup_entry(&self, ordinal: CUdevice) -> Option<usize> {
         let n = self.slice.limits.device_count();
         if self.standalone.is_none() {
-            if let Some(uuid) = crate::cuda::device_uuid(ordinal) {
+            if let Some(uuid) = crate::driver::device_uuid(ordinal) {
                 for i in 0..n {
                     if let Some(d) = self.slice.limits.device(i) {
                         if !d.uuid.is_empty() && d.uuid.eq_ignore_ascii_case(&uuid) {
@@ -382,7 +382,7 @@ impl Gate {
         let cap = match sa.get(o).copied().flatten() {
             None => UNCAPPED,
             Some(MemQuantity::Bytes(b)) => b,
-            Some(q) => match total.or_else(|| crate::cuda::real_total(ordinal)) {
+            Some(q) => match total.or_else(|| crate::driver::real_total(ordinal)) {
                 Some(t) => q.resolve(t),
                 // Unknown device size: do not cache a guess.
                 None => return UNCAPPED,
@@ -577,7 +577,7 @@ extern "C" fn after_fork_child() {
             m.clear();
         }
         if let Ok(mut m) = g.graphs.try_lock() {
-            *m = crate::graph::Graphs::default();
+            *m = crate::graphmem::Graphs::default();
         }
     }
 }

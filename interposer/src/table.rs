@@ -1,6 +1,11 @@
-//! Export name → our wrapper, for `dlsym`/`dlvsym` and `cuGetProcAddress`.
+//! Export name → our wrapper, for `dlsym`/`dlvsym` and `cuGetProcAddress`, and the
+//! `cuGetProcAddress` wrappers themselves (the table names them too).
 
-use std::ffi::c_void;
+use gpuslice_cuda_abi::procaddr::{resolve, CUdriverProcAddressQueryResult};
+use gpuslice_cuda_abi::result::*;
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+type R = CUresult;
 
 macro_rules! table {
     ($($m:ident :: $f:ident),* $(,)?) => {
@@ -25,7 +30,7 @@ table! {
     cuda::cuMemGetInfo, cuda::cuMemGetInfo_v2,
     cuda::cuDeviceTotalMem, cuda::cuDeviceTotalMem_v2,
     cuda::cuMemCreate, cuda::cuMemRelease,
-    cuda::cuGetProcAddress, cuda::cuGetProcAddress_v2,
+    table::cuGetProcAddress, table::cuGetProcAddress_v2,
     context::cuCtxCreate, context::cuCtxCreate_v2, context::cuCtxCreate_v3,
     context::cuCtxCreate_v4, context::cuDevicePrimaryCtxRetain,
     context::cuStreamSynchronize, context::cuStreamSynchronize_ptsz, context::cuEventSynchronize,
@@ -62,4 +67,79 @@ table! {
     nvml_private::nvmlDeviceGetClockInfo, nvml_private::nvmlDeviceGetClock,
     nvml_private::nvmlDeviceGetPerformanceState,
     nvml_private::nvmlDeviceGetEncoderUtilization, nvml_private::nvmlDeviceGetDecoderUtilization,
+}
+
+// `cuGetProcAddress`: the driver answers, and for names we wrap the pointer is our wrapper.
+
+/// Replaces `*pfn` by our wrapper when the export the driver's rule selects is one we wrap.
+fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
+    if symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    // SAFETY: cuGetProcAddress's contract: `symbol` is NUL-terminated.
+    let Ok(name) = unsafe { CStr::from_ptr(symbol) }.to_str() else {
+        return;
+    };
+    // The driver picks among its own variants only: a 12.x driver asked for `cudaVersion` 13000
+    // hands out its 12.x variant, so our choice (the wrapper's signature) must be capped alike.
+    let version = match driver_version() {
+        Some(d) => version.min(d),
+        None => version,
+    };
+    if let Ok(export) = resolve(name, version, flags) {
+        if let Some(ours) = lookup(export.as_bytes()) {
+            // SAFETY: valid out-pointer the driver just wrote.
+            unsafe { *pfn = ours };
+        }
+    }
+}
+
+/// The real driver's `cuDriverGetVersion`, read once (it works before `cuInit`).
+fn driver_version() -> Option<c_int> {
+    static V: std::sync::OnceLock<Option<c_int>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        let f = crate::real!(cuda_sym cuDriverGetVersion: fn(*mut c_int) -> R)?;
+        let mut v: c_int = 0;
+        // SAFETY: writes one int.
+        (unsafe { f(&mut v) } == CUDA_SUCCESS && v > 0).then_some(v)
+    })
+}
+
+/// `cuGetProcAddress_v2`: the driver answers (status and errors unchanged); for symbols we wrap,
+/// the pointer is our wrapper of the variant the driver chose by `cudaVersion` and `flags`.
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut CUdriverProcAddressQueryResult,
+) -> R {
+    let r = call!(cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult) -> R;
+        symbol, pfn, version, flags, status);
+    if r == CUDA_SUCCESS {
+        substitute(symbol, pfn, version, flags);
+    }
+    r
+}
+
+/// `cuGetProcAddress` (CUDA 11.3–11.8 signature).
+///
+/// # Safety
+/// C ABI; same contract as the driver's.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> R {
+    let r = call!(cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> R; symbol, pfn, version, flags);
+    if r == CUDA_SUCCESS {
+        substitute(symbol, pfn, version, flags);
+    }
+    r
 }

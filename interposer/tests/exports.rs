@@ -20,8 +20,12 @@ fn library() -> PathBuf {
 #[test]
 fn every_export_is_in_the_table_and_every_entry_is_exported() {
     let path = library();
-    let bytes = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (cargo build -p gpuslice-interposer)", path.display()));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (cargo build -p gpuslice-interposer)",
+            path.display()
+        )
+    });
     let file = object::File::parse(&*bytes).expect("an ELF file");
     let exported: BTreeSet<String> = file
         .dynamic_symbols()
