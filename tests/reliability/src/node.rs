@@ -10,7 +10,7 @@ use gpuslice_sim_core::{Node as SimNode, SimConfig};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The simulated device: one 8 GiB GPU, no per-context memory (so usage sums are exact).
@@ -39,17 +39,7 @@ impl Default for NodeConfig {
     }
 }
 
-/// The target directory the trial's binaries were built into (`target/<profile>`).
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().expect("exe dir").to_path_buf();
-    // Integration tests live in target/<profile>/deps; binaries in target/<profile>.
-    if dir.ends_with("deps") {
-        dir.parent().expect("profile dir").to_path_buf()
-    } else {
-        dir
-    }
-}
+pub use gpuslice_test_support::profile_dir;
 
 /// The arbiter and the simulated GPU of one trial.
 pub struct Node {
@@ -59,7 +49,7 @@ pub struct Node {
     pub state: PathBuf,
     /// What it simulates and how its arbiter admits.
     pub config: NodeConfig,
-    arbiter: Option<Child>,
+    node: gpuslice_test_support::SimNode,
     sim: SimNode,
 }
 
@@ -71,112 +61,46 @@ impl Node {
 
     /// Starts a node simulating and admitting as `config` says.
     pub fn start_with(tag: &str, config: NodeConfig) -> Result<Node> {
-        let prof = profile_dir();
-        for f in [
-            "libcuda.so",
-            "libnvidia_ml.so",
-            "libgpuslice.so",
-            "gpuslice-workload",
-            "gpuslice-arbiter",
-            "gpuslice",
-            "gpuslice-trial-tenant",
-        ] {
-            if !prof.join(f).exists() {
-                bail!(
-                    "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
-                     -p gpuslice-interposer -p gpuslice-workloads -p gpuslice-arbiter \
-                     -p gpuslice-cli -p gpuslice-reliability (or cargo xtask test reliability)",
-                    prof.join(f).display()
-                );
-            }
-        }
-        let dir = std::env::temp_dir().join(format!("gs-rel-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("lib"))?;
-        std::fs::create_dir_all(dir.join("state"))?;
-        std::os::unix::fs::symlink(prof.join("libcuda.so"), dir.join("lib/libcuda.so.1"))?;
-        std::os::unix::fs::symlink(
-            prof.join("libnvidia_ml.so"),
-            dir.join("lib/libnvidia-ml.so.1"),
-        )?;
-        std::fs::write(
-            dir.join("config.toml"),
-            format!(
-                "interposer = \"{}\"\n[metrics]\nenabled = false\n[admission]\n{}",
-                prof.join("libgpuslice.so").display(),
-                config.admission
-            ),
-        )?;
+        let node = gpuslice_test_support::SimNode::start(
+            &format!("rel-{tag}"),
+            gpuslice_test_support::NodeConfig {
+                devices: config.devices.clone(),
+                ctx_overhead: config.ctx_overhead.clone(),
+                config: format!("[admission]\n{}", config.admission),
+                metrics: false,
+                log_level: "warn".into(),
+                needs: vec!["gpuslice-workload", "gpuslice", "gpuslice-trial-tenant"],
+            },
+        );
+        let dir = node.dir.clone();
         let sim = open_sim(&dir, &config)?;
-        let mut n = Node {
-            state: dir.join("state"),
+        Ok(Node {
+            state: node.state_dir(),
             dir,
             config,
-            arbiter: None,
+            node,
             sim,
-        };
-        n.start_arbiter()?;
-        Ok(n)
+        })
     }
 
     /// Environment of every process of the node (simulated driver, state dir, config).
     pub fn env(&self, c: &mut Command) {
-        c.env("LD_LIBRARY_PATH", self.dir.join("lib"))
-            .env("GPUSLICE_SIM_STATE", self.dir.join("sim.state"))
-            .env("GPUSLICE_SIM_DEVICES", &self.config.devices)
-            .env("GPUSLICE_SIM_CTX_OVERHEAD", &self.config.ctx_overhead)
-            .env("GPUSLICE_STATE_DIR", &self.state)
-            .env("GPUSLICE_CONFIG", self.dir.join("config.toml"))
-            .env_remove("LD_PRELOAD")
-            .env_remove("GPUSLICE_SLICE_DIR")
-            .env_remove("GPUSLICE_MEMORY");
+        self.node.env(c);
     }
 
     /// Spawns the arbiter (appending to `arbiter.log`) and waits until its socket answers.
     pub fn start_arbiter(&mut self) -> Result<Duration> {
-        let t0 = Instant::now();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("arbiter.log"))?;
-        let mut c = Command::new(profile_dir().join("gpuslice-arbiter"));
-        c.env(
-            "GPUSLICE_NVML_LIBRARY",
-            self.dir.join("lib/libnvidia-ml.so.1"),
-        )
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-        self.env(&mut c);
-        self.arbiter = Some(c.spawn().context("starting gpuslice-arbiter")?);
-        while self.try_req("{\"version\":1,\"op\":\"status\"}").is_err() {
-            if t0.elapsed() > Duration::from_secs(30) {
-                bail!("arbiter did not answer in 30 s; log:\n{}", self.log());
-            }
-            if let Some(st) = self
-                .arbiter
-                .as_mut()
-                .and_then(|a| a.try_wait().ok().flatten())
-            {
-                bail!("arbiter exited ({st}); log:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        Ok(t0.elapsed())
+        Ok(self.node.start_arbiter())
     }
 
     /// SIGKILLs the arbiter and reaps it.
     pub fn kill_arbiter(&mut self) {
-        if let Some(mut a) = self.arbiter.take() {
-            let _ = a.kill();
-            let _ = a.wait();
-        }
+        self.node.kill_arbiter();
     }
 
     /// The arbiter's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("arbiter.log")).unwrap_or_default()
+        self.node.log()
     }
 
     /// One request line, one response line (no judgement of the response).
@@ -191,7 +115,7 @@ impl Node {
 
     /// Whether the arbiter is still running, or how it ended (without reaping it).
     pub fn arbiter_state(&self) -> String {
-        let Some(a) = &self.arbiter else {
+        let Some(pid) = self.node.arbiter_pid() else {
             return "not started".into();
         };
         // SAFETY: an all-zero siginfo_t is a valid out-buffer for waitid.
@@ -200,7 +124,7 @@ impl Node {
         let r = unsafe {
             libc::waitid(
                 libc::P_PID,
-                a.id(),
+                pid,
                 &mut info,
                 libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
             )
@@ -373,15 +297,6 @@ fn open_sim(dir: &Path, config: &NodeConfig) -> Result<SimNode> {
         .context("simulator configuration")?,
     )
     .context("opening the simulator's state")
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill_arbiter();
-        if std::env::var_os("GPUSLICE_TRIALS_KEEP").is_none() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
 }
 
 /// Polls `f` every 2 ms until it holds or `limit` passes; returns the time it took, or `None`.

@@ -62,6 +62,7 @@ pub struct SimNode {
     pub metrics: Option<String>,
     devices: String,
     ctx_overhead: String,
+    log_level: String,
     arbiter: Option<Child>,
 }
 
@@ -118,29 +119,12 @@ impl SimNode {
             metrics: None,
             devices: cfg.devices,
             ctx_overhead: cfg.ctx_overhead,
+            log_level: cfg.log_level,
             arbiter: None,
         };
-        let log = std::fs::File::create(node.dir.join("arbiter.log")).expect("arbiter.log");
-        let mut c = Command::new(prof.join("gpuslice-arbiter"));
-        c.env(
-            "GPUSLICE_NVML_LIBRARY",
-            node.dir.join("lib/libnvidia-ml.so.1"),
-        )
-        .env("RUST_LOG", &cfg.log_level)
-        .stdout(Stdio::null())
-        .stderr(log);
-        node.env(&mut c);
-        node.arbiter = Some(c.spawn().expect("starting gpuslice-arbiter"));
+        node.start_arbiter();
         let t0 = Instant::now();
         let limit = Duration::from_secs(30);
-        while UnixStream::connect(node.socket()).is_err() {
-            assert!(
-                t0.elapsed() < limit,
-                "no arbiter socket; log:\n{}",
-                node.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
         if cfg.metrics {
             node.metrics = Some(loop {
                 let log = node.log();
@@ -154,6 +138,65 @@ impl SimNode {
         node
     }
 
+    /// Spawns this build's arbiter on the node (appending to `arbiter.log`) and waits until it
+    /// answers a `status` request; how long that took. Panics if it exits or stays silent 30 s.
+    pub fn start_arbiter(&mut self) -> Duration {
+        let t0 = Instant::now();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("arbiter.log"))
+            .expect("arbiter.log");
+        let mut c = Command::new(profile_dir().join("gpuslice-arbiter"));
+        c.env(
+            "GPUSLICE_NVML_LIBRARY",
+            self.dir.join("lib/libnvidia-ml.so.1"),
+        )
+        .env("RUST_LOG", &self.log_level)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+        self.env(&mut c);
+        let mut child = c.spawn().expect("starting gpuslice-arbiter");
+        while self.try_call("{\"version\":1,\"op\":\"status\"}").is_none() {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("the arbiter exited ({st}); log:\n{}", self.log());
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the arbiter did not answer in 30 s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.arbiter = Some(child);
+        t0.elapsed()
+    }
+
+    /// SIGKILLs the arbiter and reaps it.
+    pub fn kill_arbiter(&mut self) {
+        if let Some(mut a) = self.arbiter.take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+    }
+
+    /// The running arbiter's pid (it may have exited since: not reaped).
+    pub fn arbiter_pid(&self) -> Option<u32> {
+        self.arbiter.as_ref().map(Child::id)
+    }
+
+    /// One request line and its answer, `None` when the arbiter cannot be reached or answers
+    /// garbage (within 10 s).
+    pub fn try_call(&self, line: &str) -> Option<serde_json::Value> {
+        let mut s = UnixStream::connect(self.socket()).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        writeln!(s, "{line}").ok()?;
+        let mut out = String::new();
+        BufReader::new(s).read_line(&mut out).ok()?;
+        serde_json::from_str(&out).ok()
+    }
+
     /// Puts `c` on this node: the simulated driver first on the library path, the simulator's
     /// state and devices, the arbiter's state directory and config; no inherited preload.
     pub fn env(&self, c: &mut Command) {
@@ -163,7 +206,9 @@ impl SimNode {
             .env("GPUSLICE_SIM_CTX_OVERHEAD", &self.ctx_overhead)
             .env("GPUSLICE_STATE_DIR", self.state_dir())
             .env("GPUSLICE_CONFIG", self.dir.join("config.toml"))
-            .env_remove("LD_PRELOAD");
+            .env_remove("LD_PRELOAD")
+            .env_remove("GPUSLICE_SLICE_DIR")
+            .env_remove("GPUSLICE_MEMORY");
     }
 
     /// `program` with [`SimNode::env`], run in the node's directory.
@@ -211,14 +256,6 @@ impl SimNode {
         out
     }
 
-    /// Stops the arbiter (SIGKILL) and waits for it.
-    pub fn stop(&mut self) {
-        if let Some(mut a) = self.arbiter.take() {
-            let _ = a.kill();
-            let _ = a.wait();
-        }
-    }
-
     /// Path of a file of the profile directory.
     pub fn built(name: &str) -> PathBuf {
         profile_dir().join(name)
@@ -226,8 +263,12 @@ impl SimNode {
 }
 
 impl Drop for SimNode {
+    /// Kills the arbiter and removes the directory (kept with `GPUSLICE_TRIALS_KEEP` set, to
+    /// look at after a failure).
     fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.kill_arbiter();
+        if std::env::var_os("GPUSLICE_TRIALS_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
