@@ -40,6 +40,49 @@ impl Node {
     }
 }
 
+/// The node most containerd suites run on: a [`Node`], an arbiter on it, and containerd `series`
+/// with `gpuslice-runtime` as its runc binary and the test image imported. Fields drop in
+/// order: containerd, then the arbiter, then the node's scratch directory.
+pub struct RuntimeNode {
+    /// containerd.
+    pub ctd: crate::containerd::Containerd,
+    /// The arbiter.
+    pub arbiter: crate::arbiter::Arbiter,
+    /// The node.
+    pub node: Node,
+    /// `gpuslice-runtime` of the dist tree (the runc binary to name in `ctr run`).
+    pub rt: std::path::PathBuf,
+}
+
+impl RuntimeNode {
+    /// Starts it for the suite `suite` (tagged `tag`); `None` (the suite is skipped, as
+    /// [`crate::gate::require`] reports) when root, the engines or the dist tree are missing.
+    pub fn start(series: &str, suite: &str, tag: &str) -> Result<Option<RuntimeNode>> {
+        let bins = crate::paths::containerd(series);
+        if !crate::gate::require(suite, &crate::gate::containerd_needs(&bins)) {
+            return Ok(None);
+        }
+        let node = Node::new(tag)?;
+        let arbiter = crate::arbiter::Arbiter::start(&node.scratch, &node.sim)?;
+        let rt = crate::paths::product("gpuslice-runtime");
+        let ctd = crate::containerd::Containerd::start(
+            &bins,
+            &node.scratch,
+            &crate::containerd::Options {
+                gpuslice_runtime: Some(rt.clone()),
+                env: arbiter.client_env(),
+            },
+        )?;
+        ctd.import(&node.image.oci)?;
+        Ok(Some(RuntimeNode {
+            ctd,
+            arbiter,
+            node,
+            rt,
+        }))
+    }
+}
+
 /// `gpuslice-workload info` followed by `fill --chunk 256Mi`, in one container (via `sh -c`).
 pub fn info_and_fill() -> Vec<String> {
     vec![

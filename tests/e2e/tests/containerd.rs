@@ -4,13 +4,12 @@
 //! `gpuslice-runtime` as the runc binary with `--annotation gpuslice.io/memory=1Gi` and with
 //! `--env GPUSLICE_MEMORY=1Gi` (the slice is seen and enforced).
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, CtrRun, Options};
-use gpuslice_e2e::gate::{containerd_needs, require, Need};
+use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::paths;
 use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{
-    assert_one_gib_slice, assert_whole_device, info_and_fill, stdout_ok, Node,
+    assert_one_gib_slice, assert_whole_device, info_and_fill, stdout_ok, Node, RuntimeNode,
 };
 use std::time::Duration;
 
@@ -64,23 +63,16 @@ fn plain(series: &str) -> anyhow::Result<()> {
 }
 
 fn sliced(series: &str) -> anyhow::Result<()> {
-    let bins = paths::containerd(series);
     let suite = format!("containerd-{series}/gpuslice-runtime");
-    if !require(&suite, &containerd_needs(&bins)) {
+    let Some(RuntimeNode {
+        ctd,
+        arbiter,
+        node,
+        rt,
+    }) = RuntimeNode::start(series, &suite, &format!("g{series}"))?
+    else {
         return Ok(());
-    }
-    let node = Node::new(&format!("g{series}"))?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
-    let rt = paths::product("gpuslice-runtime");
-    let ctd = Containerd::start(
-        &bins,
-        &node.scratch,
-        &Options {
-            gpuslice_runtime: Some(rt.clone()),
-            env: arbiter.client_env(),
-        },
-    )?;
-    ctd.import(&node.image.oci)?;
+    };
     let before = Snapshot::take(Some(&arbiter.state_dir));
     for (how, spec) in [
         (

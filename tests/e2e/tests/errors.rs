@@ -4,13 +4,13 @@
 //! containerd 1.6 (`ctr run`), so the message is shown to survive the engine's error path.
 
 use gpuslice_e2e::arbiter::Arbiter;
-use gpuslice_e2e::containerd::{Containerd, CtrRun, Options};
+use gpuslice_e2e::containerd::CtrRun;
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::paths;
 use gpuslice_e2e::procs::{describe, run_ok};
 use gpuslice_e2e::runc::{make_bundle, run_bundle, Spec};
 use gpuslice_e2e::snapshot::Snapshot;
-use gpuslice_e2e::suite::{info_and_fill, Node};
+use gpuslice_e2e::suite::{info_and_fill, Node, RuntimeNode};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -159,31 +159,15 @@ fn gpuslice_runtime_refuses_bad_requests_and_leaves_nothing() -> anyhow::Result<
 
 #[test]
 fn containerd_1_6_reports_gpuslice_refusals() -> anyhow::Result<()> {
-    let bins = paths::containerd("1.6");
-    if !require(
-        "errors/containerd-1.6",
-        &[
-            Need::Root,
-            Need::Binary(bins.containerd()),
-            Need::Binary(paths::runc()),
-            Need::Dist,
-            Need::Product,
-        ],
-    ) {
+    let Some(RuntimeNode {
+        ctd,
+        arbiter,
+        node,
+        rt,
+    }) = RuntimeNode::start("1.6", "errors/containerd-1.6", "cer")?
+    else {
         return Ok(());
-    }
-    let node = Node::new("cer")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
-    let rt = paths::product("gpuslice-runtime");
-    let ctd = Containerd::start(
-        &bins,
-        &node.scratch,
-        &Options {
-            gpuslice_runtime: Some(rt.clone()),
-            env: arbiter.client_env(),
-        },
-    )?;
-    ctd.import(&node.image.oci)?;
+    };
     let mut problems: Vec<String> = Vec::new();
     for (i, (case, key, value, words)) in BAD.iter().enumerate() {
         let before = Snapshot::take(Some(&arbiter.state_dir));

@@ -10,13 +10,10 @@
 //! otherwise give the first one a stretch of the device alone).
 
 use anyhow::{ensure, Context, Result};
-use gpuslice_e2e::arbiter::Arbiter;
-use gpuslice_e2e::containerd::{Containerd, CtrRun, Options};
-use gpuslice_e2e::gate::{require, Need};
+use gpuslice_e2e::containerd::CtrRun;
 use gpuslice_e2e::image::WORKLOAD;
-use gpuslice_e2e::paths;
 use gpuslice_e2e::sim::CONTAINER_STATE_DIR;
-use gpuslice_e2e::suite::{stdout_ok, Node};
+use gpuslice_e2e::suite::{stdout_ok, Node, RuntimeNode};
 use gpuslice_e2e::workload;
 use std::time::{Duration, Instant};
 
@@ -43,31 +40,15 @@ fn spec(node: &Node, name: &str, compute: &str) -> CtrRun {
 
 #[test]
 fn containerd_guarantees_30_70() -> Result<()> {
-    let bins = paths::containerd("1.6");
-    if !require(
-        "shares/containerd-1.6",
-        &[
-            Need::Root,
-            Need::Binary(bins.containerd()),
-            Need::Binary(paths::runc()),
-            Need::Dist,
-            Need::Product,
-        ],
-    ) {
+    let Some(RuntimeNode {
+        ctd,
+        arbiter,
+        node,
+        rt,
+    }) = RuntimeNode::start("1.6", "shares/containerd-1.6", "shares")?
+    else {
         return Ok(());
-    }
-    let node = Node::new("shares")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
-    let rt = paths::product("gpuslice-runtime");
-    let ctd = Containerd::start(
-        &bins,
-        &node.scratch,
-        &Options {
-            gpuslice_runtime: Some(rt.clone()),
-            env: arbiter.client_env(),
-        },
-    )?;
-    ctd.import(&node.image.oci)?;
+    };
     let shared = node
         .sim
         .state_file()
