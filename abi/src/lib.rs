@@ -17,8 +17,11 @@
 )]
 
 pub mod exec;
+pub mod exports;
 pub mod memory;
 pub mod nvml;
 pub mod procaddr;
 pub mod result;
 pub mod types;
+
+pub use exports::pfn;

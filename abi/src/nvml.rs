@@ -109,3 +109,31 @@ const _: () = {
     assert!(std::mem::size_of::<nvmlMemory_v2_t>() == 40);
     assert!(std::mem::size_of::<nvmlProcessInfo_t>() == 24);
 };
+
+/// `nvmlProcessInfo_v1_t` (the legacy unsuffixed and `_v1` list functions).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct nvmlProcessInfo_v1_t {
+    /// Process id.
+    pub pid: u32,
+    /// Bytes of device memory used.
+    pub usedGpuMemory: u64,
+}
+
+/// `nvmlProcessUtilizationSample_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct nvmlProcessUtilizationSample_t {
+    /// Process id.
+    pub pid: u32,
+    /// CPU timestamp, µs.
+    pub timeStamp: u64,
+    /// SM utilisation, percent.
+    pub smUtil: u32,
+    /// Memory utilisation, percent.
+    pub memUtil: u32,
+    /// Encoder utilisation, percent.
+    pub encUtil: u32,
+    /// Decoder utilisation, percent.
+    pub decUtil: u32,
+}

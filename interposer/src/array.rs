@@ -88,12 +88,7 @@ pub unsafe extern "C" fn cuArrayCreate_v2(h: *mut CUarray, d: *const CUDA_ARRAY_
     // SAFETY: null or the caller's descriptor.
     let bytes = unsafe { d.as_ref() }
         .and_then(|d| extent_bytes(d.Width, d.Height, 0, d.Format, d.NumChannels));
-    create(
-        bytes,
-        h.cast(),
-        ARRAY_TAG,
-        || call!(cuArrayCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> R; h, d),
-    )
+    create(bytes, h.cast(), ARRAY_TAG, || call!(cuArrayCreate_v2; h, d))
 }
 
 /// `cuArrayCreate` (32-bit descriptor).
@@ -112,12 +107,7 @@ pub unsafe extern "C" fn cuArrayCreate(h: *mut CUarray, d: *const CUDA_ARRAY_DES
             d.NumChannels,
         )
     });
-    create(
-        bytes,
-        h.cast(),
-        ARRAY_TAG,
-        || call!(cuArrayCreate: fn(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR_v1) -> R; h, d),
-    )
+    create(bytes, h.cast(), ARRAY_TAG, || call!(cuArrayCreate; h, d))
 }
 
 /// `cuArray3DCreate_v2` (cubemaps: depth holds the 6 faces per layer).
@@ -136,7 +126,7 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
         bytes,
         h.cast(),
         ARRAY_TAG,
-        || call!(cuArray3DCreate_v2: fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> R; h, d),
+        || call!(cuArray3DCreate_v2; h, d),
     )
 }
 
@@ -159,12 +149,7 @@ pub unsafe extern "C" fn cuArray3DCreate(
             d.NumChannels,
         )
     });
-    create(
-        bytes,
-        h.cast(),
-        ARRAY_TAG,
-        || call!(cuArray3DCreate: fn(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> R; h, d),
-    )
+    create(bytes, h.cast(), ARRAY_TAG, || call!(cuArray3DCreate; h, d))
 }
 
 /// `cuArrayDestroy`.
@@ -173,10 +158,7 @@ pub unsafe extern "C" fn cuArray3DCreate(
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuArrayDestroy(h: CUarray) -> R {
-    freed(
-        h as u64 | ARRAY_TAG,
-        || call!(cuArrayDestroy: fn(CUarray) -> R; h),
-    )
+    freed(h as u64 | ARRAY_TAG, || call!(cuArrayDestroy; h))
 }
 
 /// `cuMipmappedArrayCreate`: every level is charged, rounded once.
@@ -195,7 +177,7 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
         bytes,
         h.cast(),
         MIPMAP_TAG,
-        || call!(cuMipmappedArrayCreate: fn(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> R; h, d, levels),
+        || call!(cuMipmappedArrayCreate; h, d, levels),
     )
 }
 
@@ -205,10 +187,7 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMipmappedArrayDestroy(h: CUmipmappedArray) -> R {
-    freed(
-        h as u64 | MIPMAP_TAG,
-        || call!(cuMipmappedArrayDestroy: fn(CUmipmappedArray) -> R; h),
-    )
+    freed(h as u64 | MIPMAP_TAG, || call!(cuMipmappedArrayDestroy; h))
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev
     if let Err(e) = admit(dev) {
         return e;
     }
-    call!(cuCtxCreate_v2: fn(*mut CUcontext, c_uint, CUdevice) -> R; pctx, flags, dev)
+    call!(cuCtxCreate_v2; pctx, flags, dev)
 }
 
 /// `cuCtxCreate` (legacy export).
@@ -51,7 +51,7 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: C
     if let Err(e) = admit(dev) {
         return e;
     }
-    call!(cuCtxCreate: fn(*mut CUcontext, c_uint, CUdevice) -> R; pctx, flags, dev)
+    call!(cuCtxCreate; pctx, flags, dev)
 }
 
 /// `cuCtxCreate_v3` (execution affinity).
@@ -69,7 +69,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     if let Err(e) = admit(dev) {
         return e;
     }
-    call!(cuCtxCreate_v3: fn(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> R;
+    call!(cuCtxCreate_v3;
         pctx, params, num_params, flags, dev)
 }
 
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
     if let Err(e) = admit(dev) {
         return e;
     }
-    call!(cuCtxCreate_v4: fn(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> R;
+    call!(cuCtxCreate_v4;
         pctx, params, flags, dev)
 }
 
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
     if let Err(e) = admit(dev) {
         return e;
     }
-    call!(cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice) -> R; pctx, dev)
+    call!(cuDevicePrimaryCtxRetain; pctx, dev)
 }
 
 /// After a synchronisation point: pool charges follow what the driver released.
@@ -127,5 +127,5 @@ legacy_and_ptsz! {
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuEventSynchronize(ev: CUevent) -> R {
-    synced(call!(cuEventSynchronize: fn(CUevent) -> R; ev))
+    synced(call!(cuEventSynchronize; ev))
 }

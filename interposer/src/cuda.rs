@@ -26,7 +26,7 @@ type R = CUresult;
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> R {
     gated(bytesize as u64, || {
-        let r = call!(cuMemAlloc_v2: fn(*mut CUdeviceptr, usize) -> R; dptr, bytesize);
+        let r = call!(cuMemAlloc_v2; dptr, bytesize);
         // SAFETY: on success the driver wrote *dptr.
         (
             r,
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> R {
     gated(u64::from(bytesize), || {
-        let r = call!(cuMemAlloc: fn(*mut CUdeviceptr_v1, c_uint) -> R; dptr, bytesize);
+        let r = call!(cuMemAlloc; dptr, bytesize);
         // SAFETY: on success the driver wrote *dptr.
         (
             r,
@@ -62,7 +62,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
     flags: c_uint,
 ) -> R {
     gated(bytesize as u64, || {
-        let r = call!(cuMemAllocManaged: fn(*mut CUdeviceptr, usize, c_uint) -> R; dptr, bytesize, flags);
+        let r = call!(cuMemAllocManaged; dptr, bytesize, flags);
         // SAFETY: on success the driver wrote *dptr.
         (
             r,
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 ) -> R {
     let est = pitch_estimate(width as u64, height as u64);
     let r = gated(est, || {
-        let r = call!(cuMemAllocPitch_v2: fn(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> R;
+        let r = call!(cuMemAllocPitch_v2;
             dptr, pitch, width, height, elem);
         // SAFETY: on success the driver wrote *dptr.
         (
@@ -123,7 +123,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(
 ) -> R {
     let est = pitch_estimate(u64::from(width), u64::from(height));
     let r = gated(est, || {
-        let r = call!(cuMemAllocPitch: fn(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint) -> R;
+        let r = call!(cuMemAllocPitch;
             dptr, pitch, width, height, elem);
         // SAFETY: on success the driver wrote *dptr.
         (
@@ -171,7 +171,7 @@ fn recharge(key: u64, actual: u64) {
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> R {
-    freed(dptr, || call!(cuMemFree_v2: fn(CUdeviceptr) -> R; dptr))
+    freed(dptr, || call!(cuMemFree_v2; dptr))
 }
 
 /// `cuMemFree` (32-bit).
@@ -180,10 +180,7 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> R {
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptr_v1) -> R {
-    freed(
-        u64::from(dptr),
-        || call!(cuMemFree: fn(CUdeviceptr_v1) -> R; dptr),
-    )
+    freed(u64::from(dptr), || call!(cuMemFree; dptr))
 }
 
 /// The slice's view: `(free, total)` from the real values, or `None` when uncapped.
@@ -207,7 +204,7 @@ fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> R {
-    let r = call!(cuMemGetInfo_v2: fn(*mut usize, *mut usize) -> R; free, total);
+    let r = call!(cuMemGetInfo_v2; free, total);
     if r != CUDA_SUCCESS || free.is_null() || total.is_null() || gate().is_none() {
         return r;
     }
@@ -232,7 +229,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> R {
-    let r = call!(cuMemGetInfo: fn(*mut c_uint, *mut c_uint) -> R; free, total);
+    let r = call!(cuMemGetInfo; free, total);
     if r != CUDA_SUCCESS || free.is_null() || total.is_null() || gate().is_none() {
         return r;
     }
@@ -257,7 +254,7 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> R {
-    let r = call!(cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> R; bytes, dev);
+    let r = call!(cuDeviceTotalMem_v2; bytes, dev);
     if r == CUDA_SUCCESS && !bytes.is_null() {
         if let Some(_g) = guard::enter() {
             // SAFETY: written by the driver on success.
@@ -284,7 +281,7 @@ fn slice_view_total(dev: CUdevice, real_total: u64) -> Option<((), u64)> {
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> R {
-    let r = call!(cuDeviceTotalMem: fn(*mut c_uint, CUdevice) -> R; bytes, dev);
+    let r = call!(cuDeviceTotalMem; bytes, dev);
     if r == CUDA_SUCCESS && !bytes.is_null() {
         if let Some(_g) = guard::enter() {
             // SAFETY: written by the driver on success.
@@ -311,7 +308,7 @@ pub unsafe extern "C" fn cuMemCreate(
     prop: *const CUmemAllocationProp,
     flags: u64,
 ) -> R {
-    let run = || call!(cuMemCreate: fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> R; handle, size, prop, flags);
+    let run = || call!(cuMemCreate; handle, size, prop, flags);
     if prop.is_null() || handle.is_null() {
         return run();
     }
@@ -350,8 +347,5 @@ pub unsafe extern "C" fn cuMemCreate(
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> R {
-    freed(
-        handle | (1 << 63),
-        || call!(cuMemRelease: fn(CUmemGenericAllocationHandle) -> R; handle),
-    )
+    freed(handle | (1 << 63), || call!(cuMemRelease; handle))
 }

@@ -7,13 +7,11 @@ use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
 use std::ffi::c_void;
 
-type R = CUresult;
-
 pub(crate) const CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: u32 = 2;
 
 /// Ordinal of the current context's device.
 pub(crate) fn current_device() -> Option<CUdevice> {
-    let f = real!(cuda_sym cuCtxGetDevice: fn(*mut CUdevice) -> R)?;
+    let f = real!(cuda_sym cuCtxGetDevice)?;
     let mut d: CUdevice = -1;
     // SAFETY: real cuCtxGetDevice writes one CUdevice to a valid pointer.
     (unsafe { f(&mut d) } == CUDA_SUCCESS).then_some(d)
@@ -22,11 +20,11 @@ pub(crate) fn current_device() -> Option<CUdevice> {
 /// UUID of `ordinal` as NVML spells it (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`).
 pub(crate) fn device_uuid(ordinal: CUdevice) -> Option<String> {
     let mut u = CUuuid::default();
-    let r = if let Some(f) = real!(cuda_sym cuDeviceGetUuid_v2: fn(*mut CUuuid, CUdevice) -> R) {
+    let r = if let Some(f) = real!(cuda_sym cuDeviceGetUuid_v2) {
         // SAFETY: writes 16 bytes into `u`.
         unsafe { f(&mut u, ordinal) }
     } else {
-        let f = real!(cuda_sym cuDeviceGetUuid: fn(*mut CUuuid, CUdevice) -> R)?;
+        let f = real!(cuda_sym cuDeviceGetUuid)?;
         // SAFETY: as above.
         unsafe { f(&mut u, ordinal) }
     };
@@ -53,14 +51,14 @@ pub(crate) fn device_uuid(ordinal: CUdevice) -> Option<String> {
 
 /// The real total memory of `ordinal`.
 pub(crate) fn real_total(ordinal: CUdevice) -> Option<u64> {
-    let f = real!(cuda_sym cuDeviceTotalMem_v2: fn(*mut usize, CUdevice) -> R)?;
+    let f = real!(cuda_sym cuDeviceTotalMem_v2)?;
     let mut t = 0usize;
     // SAFETY: writes one size_t.
     (unsafe { f(&mut t, ordinal) } == CUDA_SUCCESS).then_some(t as u64)
 }
 
 pub(crate) fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option<u64> {
-    let f = crate::real!(cuda_sym cuMemPoolGetAttribute: fn(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> R)?;
+    let f = crate::real!(cuda_sym cuMemPoolGetAttribute)?;
     let mut v: u64 = 0;
     // SAFETY: the reserved / used attributes are cuuint64_t out-values.
     let r = unsafe { f(pool, attr, (&mut v as *mut u64).cast()) };
@@ -68,7 +66,7 @@ pub(crate) fn pool_attr(pool: CUmemoryPool, attr: CUmemPool_attribute) -> Option
 }
 
 pub(crate) fn current_pool(ordinal: CUdevice) -> Option<CUmemoryPool> {
-    let f = crate::real!(cuda_sym cuDeviceGetMemPool: fn(*mut CUmemoryPool, CUdevice) -> R)?;
+    let f = crate::real!(cuda_sym cuDeviceGetMemPool)?;
     let mut p: CUmemoryPool = std::ptr::null_mut();
     // SAFETY: writes one handle.
     (unsafe { f(&mut p, ordinal) } == CUDA_SUCCESS && !p.is_null()).then_some(p)
@@ -85,9 +83,9 @@ pub(crate) fn in_stream_order(stream: CUstream, ptsz: bool, f: Box<dyn FnOnce() 
     let data = Box::into_raw(Box::new(f)).cast::<c_void>();
     let cb: gpuslice_cuda_abi::exec::CUhostFn = Some(trampoline);
     let r = if ptsz {
-        call!(cuLaunchHostFunc_ptsz: fn(CUstream, gpuslice_cuda_abi::exec::CUhostFn, *mut c_void) -> R; stream, cb, data)
+        call!(cuLaunchHostFunc_ptsz; stream, cb, data)
     } else {
-        call!(cuLaunchHostFunc: fn(CUstream, gpuslice_cuda_abi::exec::CUhostFn, *mut c_void) -> R; stream, cb, data)
+        call!(cuLaunchHostFunc; stream, cb, data)
     };
     if r != CUDA_SUCCESS {
         trampoline(data);
@@ -95,8 +93,7 @@ pub(crate) fn in_stream_order(stream: CUstream, ptsz: bool, f: Box<dyn FnOnce() 
 }
 
 pub(crate) fn reserved_by_driver(ordinal: CUdevice) -> Option<u64> {
-    let f =
-        crate::real!(cuda_sym cuDeviceGetGraphMemAttribute: fn(CUdevice, u32, *mut c_void) -> R)?;
+    let f = crate::real!(cuda_sym cuDeviceGetGraphMemAttribute)?;
     let mut v: u64 = 0;
     // SAFETY: RESERVED_MEM_CURRENT is a cuuint64_t out-value.
     let r = unsafe {

@@ -71,7 +71,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
     ndeps: usize,
     params: *mut CUDA_MEM_ALLOC_NODE_PARAMS,
 ) -> R {
-    let r = call!(cuGraphAddMemAllocNode: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> R;
+    let r = call!(cuGraphAddMemAllocNode;
         node, graph, deps, ndeps, params);
     if r == CUDA_SUCCESS && !params.is_null() {
         // SAFETY: non-null; the driver wrote `dptr` on success.
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
     ndeps: usize,
     dptr: CUdeviceptr,
 ) -> R {
-    let r = call!(cuGraphAddMemFreeNode: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUdeviceptr) -> R;
+    let r = call!(cuGraphAddMemFreeNode;
         node, graph, deps, ndeps, dptr);
     if r == CUDA_SUCCESS {
         record_free(graph, dptr);
@@ -143,7 +143,7 @@ pub unsafe extern "C" fn cuGraphAddNode(
     ndeps: usize,
     params: *mut c_void,
 ) -> R {
-    let r = call!(cuGraphAddNode: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut c_void) -> R;
+    let r = call!(cuGraphAddNode;
         node, graph, deps, ndeps, params);
     if r == CUDA_SUCCESS {
         // SAFETY: the caller's CUgraphNodeParams, completed by the driver.
@@ -165,7 +165,7 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
     ndeps: usize,
     params: *mut c_void,
 ) -> R {
-    let r = call!(cuGraphAddNode_v2: fn(*mut CUgraphNode, CUgraph, *const CUgraphNode, *const c_void, usize, *mut c_void) -> R;
+    let r = call!(cuGraphAddNode_v2;
         node, graph, deps, edges, ndeps, params);
     if r == CUDA_SUCCESS {
         // SAFETY: as for cuGraphAddNode.
@@ -180,7 +180,7 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> R {
-    let r = call!(cuGraphClone: fn(*mut CUgraph, CUgraph) -> R; clone, original);
+    let r = call!(cuGraphClone; clone, original);
     if r == CUDA_SUCCESS && !clone.is_null() {
         if let Some(g) = gate() {
             if let Ok(mut gr) = g.graphs.lock() {
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) ->
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> R {
-    let r = call!(cuGraphDestroy: fn(CUgraph) -> R; graph);
+    let r = call!(cuGraphDestroy; graph);
     if r == CUDA_SUCCESS {
         if let Some(g) = gate() {
             if let Ok(mut gr) = g.graphs.lock() {
@@ -239,7 +239,7 @@ pub unsafe extern "C" fn cuGraphInstantiate(
     log: *mut c_char,
     size: usize,
 ) -> R {
-    let r = call!(cuGraphInstantiate: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> R;
+    let r = call!(cuGraphInstantiate;
         exec, graph, err, log, size);
     record_exec(r, exec, graph, 0)
 }
@@ -256,7 +256,7 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
     log: *mut c_char,
     size: usize,
 ) -> R {
-    let r = call!(cuGraphInstantiate_v2: fn(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> R;
+    let r = call!(cuGraphInstantiate_v2;
         exec, graph, err, log, size);
     record_exec(r, exec, graph, 0)
 }
@@ -271,7 +271,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
     graph: CUgraph,
     flags: u64,
 ) -> R {
-    let r = call!(cuGraphInstantiateWithFlags: fn(*mut CUgraphExec, CUgraph, u64) -> R; exec, graph, flags);
+    let r = call!(cuGraphInstantiateWithFlags; exec, graph, flags);
     record_exec(r, exec, graph, flags)
 }
 
@@ -303,7 +303,7 @@ legacy_and_ptsz! {
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
-    let r = call!(cuGraphExecDestroy: fn(CUgraphExec) -> R; exec);
+    let r = call!(cuGraphExecDestroy; exec);
     if r == CUDA_SUCCESS {
         if let Some(g) = gate() {
             if let Ok(mut gr) = g.graphs.lock() {
@@ -320,7 +320,7 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> R {
-    let r = call!(cuDeviceGraphMemTrim: fn(CUdevice) -> R; dev);
+    let r = call!(cuDeviceGraphMemTrim; dev);
     if r == CUDA_SUCCESS {
         if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
             sync_cache(g);

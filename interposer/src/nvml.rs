@@ -14,7 +14,7 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
     let _g = guard::enter()?;
     let g = gate()?;
     let (ordinal, entry) = if g.is_standalone() {
-        let f = crate::real!(nvml_sym nvmlDeviceGetIndex: fn(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t)?;
+        let f = crate::real!(nvml_sym nvmlDeviceGetIndex)?;
         let mut i: c_uint = 0;
         // SAFETY: writes one unsigned int.
         if unsafe { f(device, &mut i) } != NVML_SUCCESS {
@@ -22,7 +22,7 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
         }
         (i as i32, i as usize)
     } else {
-        let f = crate::real!(nvml_sym nvmlDeviceGetUUID: fn(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t)?;
+        let f = crate::real!(nvml_sym nvmlDeviceGetUUID)?;
         let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
         // SAFETY: writes at most `len` bytes including the NUL.
         if unsafe { f(device, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
@@ -51,7 +51,7 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
 
 /// The slice's memory total on `device` (its cap there), `None` outside a slice or uncapped.
 pub(crate) fn slice_total(device: nvmlDevice_t) -> Option<u64> {
-    let f = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo: fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t)?;
+    let f = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo)?;
     let mut m = nvmlMemory_t::default();
     // SAFETY: `m` is a valid out-parameter.
     if unsafe { f(device, &mut m) } != NVML_SUCCESS {
@@ -69,8 +69,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
-    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo: fn(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t)
-    else {
+    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo) else {
         return NVML_ERROR_LIBRARY_NOT_FOUND;
     };
     // SAFETY: forwarding the caller's arguments to the real function.
@@ -96,8 +95,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
-    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo_v2: fn(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t)
-    else {
+    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetMemoryInfo_v2) else {
         return NVML_ERROR_LIBRARY_NOT_FOUND;
     };
     // SAFETY: forwarding the caller's arguments to the real function.

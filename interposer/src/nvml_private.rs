@@ -30,7 +30,7 @@ const SAMPLES: usize = 256;
 fn own_utilization(device: nvmlDevice_t) -> Option<(u32, u32)> {
     let _g = guard::enter()?;
     let own = own_pids()?;
-    let f = crate::real!(nvml_sym nvmlDeviceGetProcessUtilization: fn(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t)?;
+    let f = crate::real!(nvml_sym nvmlDeviceGetProcessUtilization)?;
     let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -71,8 +71,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
-    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetUtilizationRates: fn(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t)
-    else {
+    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetUtilizationRates) else {
         return NVML_ERROR_LIBRARY_NOT_FOUND;
     };
     if !in_slice() {
@@ -109,7 +108,7 @@ macro_rules! hidden_in_slice {
         /// C ABI; same contract as NVML's.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> nvmlReturn_t {
-            let Some(f) = crate::real!(nvml_sym $name: fn($($t),*) -> nvmlReturn_t) else {
+            let Some(f) = crate::real!(nvml_sym $name) else {
                 return NVML_ERROR_FUNCTION_NOT_FOUND;
             };
             if in_slice() {

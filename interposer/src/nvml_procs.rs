@@ -23,33 +23,7 @@ use std::collections::HashSet;
 use std::ffi::c_uint;
 use std::sync::atomic::Ordering;
 
-/// `nvmlProcessInfo_v1_t` (the legacy unsuffixed and `_v1` list functions).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct nvmlProcessInfo_v1_t {
-    /// Process id.
-    pub pid: u32,
-    /// Bytes of device memory used.
-    pub usedGpuMemory: u64,
-}
-
-/// `nvmlProcessUtilizationSample_t`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct nvmlProcessUtilizationSample_t {
-    /// Process id.
-    pub pid: u32,
-    /// CPU timestamp, µs.
-    pub timeStamp: u64,
-    /// SM utilisation, percent.
-    pub smUtil: u32,
-    /// Memory utilisation, percent.
-    pub memUtil: u32,
-    /// Encoder utilisation, percent.
-    pub encUtil: u32,
-    /// Decoder utilisation, percent.
-    pub decUtil: u32,
-}
+pub use gpuslice_cuda_abi::nvml::{nvmlProcessInfo_v1_t, nvmlProcessUtilizationSample_t};
 
 const _: () = assert!(std::mem::size_of::<nvmlProcessInfo_v1_t>() == 16);
 const _: () = assert!(std::mem::size_of::<nvmlProcessInfo_t>() == 24);
@@ -182,7 +156,7 @@ macro_rules! process_list {
             count: *mut c_uint,
             infos: *mut $t,
         ) -> nvmlReturn_t {
-            let Some(f) = crate::real!(nvml_sym $name: fn(nvmlDevice_t, *mut c_uint, *mut $t) -> nvmlReturn_t)
+            let Some(f) = crate::real!(nvml_sym $name)
             else {
                 return NVML_ERROR_LIBRARY_NOT_FOUND;
             };
@@ -223,8 +197,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
     count: *mut c_uint,
     last_seen: u64,
 ) -> nvmlReturn_t {
-    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetProcessUtilization: fn(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t)
-    else {
+    let Some(f) = crate::real!(nvml_sym nvmlDeviceGetProcessUtilization) else {
         return NVML_ERROR_LIBRARY_NOT_FOUND;
     };
     let own = guard::enter().and_then(|_g| own_pids());

@@ -185,7 +185,7 @@ pub unsafe extern "C" fn cuMemPoolCreate(
     pool: *mut CUmemoryPool,
     props: *const CUmemPoolProps,
 ) -> R {
-    let r = call!(cuMemPoolCreate: fn(*mut CUmemoryPool, *const CUmemPoolProps) -> R; pool, props);
+    let r = call!(cuMemPoolCreate; pool, props);
     if r != CUDA_SUCCESS || pool.is_null() || props.is_null() {
         return r;
     }
@@ -239,7 +239,7 @@ pub unsafe extern "C" fn cuMemGetDefaultMemPool(
     loc: *const CUmemLocation,
     kind: CUmemAllocationType,
 ) -> R {
-    let r = call!(cuMemGetDefaultMemPool: fn(*mut CUmemoryPool, *const CUmemLocation, CUmemAllocationType) -> R; pool, loc, kind);
+    let r = call!(cuMemGetDefaultMemPool; pool, loc, kind);
     got_pool(r, pool, loc)
 }
 
@@ -253,7 +253,7 @@ pub unsafe extern "C" fn cuMemGetMemPool(
     loc: *const CUmemLocation,
     kind: CUmemAllocationType,
 ) -> R {
-    let r = call!(cuMemGetMemPool: fn(*mut CUmemoryPool, *const CUmemLocation, CUmemAllocationType) -> R; pool, loc, kind);
+    let r = call!(cuMemGetMemPool; pool, loc, kind);
     got_pool(r, pool, loc)
 }
 
@@ -268,7 +268,7 @@ pub unsafe extern "C" fn cuMemSetMemPool(
     kind: CUmemAllocationType,
     pool: CUmemoryPool,
 ) -> R {
-    let r = call!(cuMemSetMemPool: fn(*const CUmemLocation, CUmemAllocationType, CUmemoryPool) -> R; loc, kind, pool);
+    let r = call!(cuMemSetMemPool; loc, kind, pool);
     if let (CUDA_SUCCESS, Some(l)) = (r, location(loc)) {
         remember_pool_device(pool, &l);
     }
@@ -286,7 +286,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
     attr: CUmemPool_attribute,
     value: *mut c_void,
 ) -> R {
-    let r = call!(cuMemPoolSetAttribute: fn(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> R; pool, attr, value);
+    let r = call!(cuMemPoolSetAttribute; pool, attr, value);
     if r == CUDA_SUCCESS {
         if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
             sync_pools(g);
@@ -301,7 +301,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
-    let r = call!(cuMemPoolTrimTo: fn(CUmemoryPool, usize) -> R; pool, keep);
+    let r = call!(cuMemPoolTrimTo; pool, keep);
     if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
         sync_pools(g);
     }
@@ -314,7 +314,7 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
 /// C ABI; same contract as the driver's.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> R {
-    let r = call!(cuMemPoolDestroy: fn(CUmemoryPool) -> R; pool);
+    let r = call!(cuMemPoolDestroy; pool);
     if r == CUDA_SUCCESS {
         if let Some(g) = gate() {
             if let Ok(mut pools) = g.pools.lock() {

@@ -112,7 +112,14 @@ pub fn nvml_sym(name: &CStr) -> *mut c_void {
 /// `Option<unsafe extern "C" fn(..) -> ..>`.
 #[macro_export]
 macro_rules! real {
-    ($lib:ident $name:ident : fn($($a:ty),*) -> $r:ty) => {{
+    // Typed by the signature declared once in `gpuslice_cuda_abi::pfn`.
+    ($lib:ident $name:ident) => {
+        $crate::real!(@typed $lib $name, gpuslice_cuda_abi::pfn::$name)
+    };
+    ($lib:ident $name:ident : fn($($a:ty),*) -> $r:ty) => {
+        $crate::real!(@typed $lib $name, unsafe extern "C" fn($($a),*) -> $r)
+    };
+    (@typed $lib:ident $name:ident, $t:ty) => {{
         static P: std::sync::atomic::AtomicPtr<std::ffi::c_void> =
             std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
         let mut p = P.load(std::sync::atomic::Ordering::Acquire);
@@ -128,15 +135,25 @@ macro_rules! real {
             // SAFETY: `p` is the library's own export of this name, whose C signature is the
             // one spelled here (from cuda.h / nvml.h).
             Some(unsafe {
-                std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn($($a),*) -> $r>(p)
+                std::mem::transmute::<*mut std::ffi::c_void, $t>(p)
             })
         }
     }};
 }
 
-/// `call!(cuMemFree_v2: fn(CUdeviceptr) -> R; dptr)`: calls the real driver function of that
-/// name with the caller's arguments (`CUDA_ERROR_NOT_INITIALIZED` when the driver lacks it).
+/// `call!(cuMemFree_v2; dptr)`: calls the real driver function of that name, typed by its
+/// declaration in `gpuslice_cuda_abi::pfn`, with the caller's arguments
+/// (`CUDA_ERROR_NOT_INITIALIZED` when the driver lacks it). The older form
+/// `call!(name: fn(types) -> R; args)` spells the signature at the call.
 macro_rules! call {
+    ($name:ident; $($arg:expr),*) => {
+        match $crate::real!(cuda_sym $name) {
+            // SAFETY: forwarding the caller's arguments unchanged to the real entry point of
+            // the same name and C signature.
+            Some(f) => unsafe { f($($arg),*) },
+            None => gpuslice_cuda_abi::result::CUDA_ERROR_NOT_INITIALIZED,
+        }
+    };
     ($name:ident : fn($($t:ty),*) -> R; $($arg:expr),*) => {
         match $crate::real!(cuda_sym $name: fn($($t),*) -> gpuslice_cuda_abi::result::CUresult) {
             // SAFETY: forwarding the caller's arguments unchanged to the real entry point of
@@ -178,7 +195,7 @@ macro_rules! legacy_and_ptsz {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> R {
             #[allow(unused_variables)]
             let $per_thread: bool = $pt;
-            let $real = |$($arg: $ty),*| call!($name: fn($($ty),*) -> R; $($arg),*);
+            let $real = |$($arg: $ty),*| call!($name; $($arg),*);
             $body
         }
     };

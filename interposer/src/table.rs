@@ -20,6 +20,9 @@ macro_rules! table {
         }
         /// Every symbol we wrap.
         pub const WRAPPED: &[&str] = &[$(stringify!($f)),*];
+        // Each wrapper has the C signature declared once in `gpuslice_cuda_abi::pfn`: a
+        // wrapper that drifted from it does not compile.
+        $(const _: gpuslice_cuda_abi::pfn::$f = crate::$m::$f;)*
     };
 }
 
@@ -98,7 +101,7 @@ fn substitute(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flag
 fn driver_version() -> Option<c_int> {
     static V: std::sync::OnceLock<Option<c_int>> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
-        let f = crate::real!(cuda_sym cuDriverGetVersion: fn(*mut c_int) -> R)?;
+        let f = crate::real!(cuda_sym cuDriverGetVersion)?;
         let mut v: c_int = 0;
         // SAFETY: writes one int.
         (unsafe { f(&mut v) } == CUDA_SUCCESS && v > 0).then_some(v)
@@ -118,7 +121,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut CUdriverProcAddressQueryResult,
 ) -> R {
-    let r = call!(cuGetProcAddress_v2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult) -> R;
+    let r = call!(cuGetProcAddress_v2;
         symbol, pfn, version, flags, status);
     if r == CUDA_SUCCESS {
         substitute(symbol, pfn, version, flags);
@@ -137,7 +140,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     version: c_int,
     flags: u64,
 ) -> R {
-    let r = call!(cuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> R; symbol, pfn, version, flags);
+    let r = call!(cuGetProcAddress; symbol, pfn, version, flags);
     if r == CUDA_SUCCESS {
         substitute(symbol, pfn, version, flags);
     }

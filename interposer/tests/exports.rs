@@ -49,6 +49,15 @@ fn every_export_is_in_the_table_and_every_entry_is_exported() {
         "in table::WRAPPED but not exported by {}: {unexported:?}",
         path.display()
     );
+    // The signatures declared once in the ABI crate are those of exactly these wrappers.
+    let declared: BTreeSet<String> = gpuslice_cuda_abi::exports::WRAPPED
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        declared, table,
+        "gpuslice_cuda_abi::exports::WRAPPED and table::WRAPPED differ"
+    );
     for n in NOT_IN_TABLE {
         assert!(
             file.dynamic_symbols().any(|s| s.name() == Ok(n)),
