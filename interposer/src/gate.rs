@@ -44,8 +44,11 @@ const CACHE: usize = 4;
 /// revoke leaves about this much work to drain — or one launch, when one launch is longer (a
 /// 100-node graph, a 50 ms kernel). See docs/scheduling.md, "Queue bound".
 const QUEUED_NS: u64 = 8_000_000;
-/// Launches queued before their length is known (the first launches of a process).
-const UNKNOWN_BOUND: usize = 2;
+/// Launches queued before their length is known (the first launches of a process): one, so a
+/// process whose launches are long (a 100 ms graph) does not queue two of them in its first
+/// lease and front-load 200 ms of work, paid back by a 1 s window at 10 % (issue 14). Costs the
+/// first three launches of a process a host round trip each.
+const UNKNOWN_BOUND: usize = 1;
 /// Intervals the launch length is the median of.
 const TIMING_RING: usize = 9;
 /// How long a process of the lease holder must have had nothing queued and launched nothing
