@@ -140,3 +140,31 @@ pub mod pfn {
 }
 
 pub use pfn::WRAPPED;
+
+/// `for_each_wrapped_cuda!(m)` calls `m! { name, name, … }` with every CUDA driver function in
+/// [`WRAPPED`], so another crate (the simulated driver) can check its own exports against
+/// [`pfn`].
+#[macro_export]
+#[rustfmt::skip]
+macro_rules! for_each_wrapped_cuda {
+    ($m:ident) => {
+        $m! {
+        cuArray3DCreate, cuArray3DCreate_v2, cuArrayCreate, cuArrayCreate_v2, cuArrayDestroy,
+        cuCtxCreate, cuCtxCreate_v2, cuCtxCreate_v3, cuCtxCreate_v4, cuDeviceGraphMemTrim,
+        cuDevicePrimaryCtxRetain, cuDeviceTotalMem, cuDeviceTotalMem_v2, cuEventSynchronize,
+        cuGetProcAddress, cuGetProcAddress_v2, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode,
+        cuGraphAddNode, cuGraphAddNode_v2, cuGraphClone, cuGraphDestroy, cuGraphExecDestroy,
+        cuGraphInstantiate, cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
+        cuGraphInstantiateWithParams_ptsz, cuGraphInstantiate_v2, cuGraphLaunch,
+        cuGraphLaunch_ptsz, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
+        cuLaunchKernel, cuLaunchKernelEx, cuLaunchKernelEx_ptsz, cuLaunchKernel_ptsz, cuMemAlloc,
+        cuMemAllocAsync, cuMemAllocAsync_ptsz, cuMemAllocFromPoolAsync,
+        cuMemAllocFromPoolAsync_ptsz, cuMemAllocManaged, cuMemAllocPitch, cuMemAllocPitch_v2,
+        cuMemAlloc_v2, cuMemCreate, cuMemFree, cuMemFreeAsync, cuMemFreeAsync_ptsz, cuMemFree_v2,
+        cuMemGetDefaultMemPool, cuMemGetInfo, cuMemGetInfo_v2, cuMemGetMemPool, cuMemPoolCreate,
+        cuMemPoolDestroy, cuMemPoolSetAttribute, cuMemPoolTrimTo, cuMemRelease, cuMemSetMemPool,
+        cuMipmappedArrayCreate, cuMipmappedArrayDestroy, cuStreamSynchronize,
+        cuStreamSynchronize_ptsz
+        }
+    };
+}

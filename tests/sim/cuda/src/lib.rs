@@ -30,3 +30,28 @@ mod pool;
 mod procaddr;
 mod stream;
 mod vmm;
+
+/// Every driver function the interposer wraps is exported here with the signature declared
+/// once in `gpuslice_cuda_abi::pfn` (an export that drifted from it does not compile), except
+/// the four the simulator does not implement: `cuDeviceGraphMemTrim`, `cuGraphAddNode`
+/// (`_v2`) and `cuGraphClone`.
+mod abi_check {
+    #[allow(unused_imports)]
+    use crate::{
+        array::*, context::*, device::*, event::*, graph::*, ipc::*, launch::*, memory::*,
+        module::*, pool::*, procaddr::*, stream::*, vmm::*,
+    };
+    // One name at a time, so the few the simulator does not implement can be skipped.
+    macro_rules! check {
+        () => {};
+        (cuDeviceGraphMemTrim $(, $rest:ident)*) => { check!($($rest),*); };
+        (cuGraphAddNode $(, $rest:ident)*) => { check!($($rest),*); };
+        (cuGraphAddNode_v2 $(, $rest:ident)*) => { check!($($rest),*); };
+        (cuGraphClone $(, $rest:ident)*) => { check!($($rest),*); };
+        ($name:ident $(, $rest:ident)*) => {
+            const _: gpuslice_cuda_abi::pfn::$name = $name;
+            check!($($rest),*);
+        };
+    }
+    gpuslice_cuda_abi::for_each_wrapped_cuda!(check);
+}
