@@ -7,7 +7,7 @@
 use crate::driver::{current_device, pool_attr, reserved_by_driver};
 use crate::graphmem::{Alloc, Graphs};
 use crate::guard;
-use crate::state::{gate, Gate, PoolCharge, GRANULARITY};
+use crate::state::{memory_gate, MemoryGate, PoolCharge, GRANULARITY};
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
@@ -21,13 +21,13 @@ pub(crate) fn round(bytes: u64) -> u64 {
 
 /// Context for one gated call: the gate and the current device's slice entry.
 pub(crate) struct Site {
-    pub(crate) gate: &'static Gate,
+    pub(crate) gate: &'static MemoryGate,
     pub(crate) ordinal: CUdevice,
     pub(crate) entry: usize,
 }
 
 pub(crate) fn site() -> Option<Site> {
-    let gate = gate()?;
+    let gate = memory_gate()?;
     let ordinal = current_device()?;
     let entry = gate.entry(ordinal)?;
     Some(Site {
@@ -63,7 +63,9 @@ pub(crate) fn gated(size: u64, alloc: impl FnOnce() -> (R, Option<u64>)) -> R {
 
 /// Free-then-uncharge (never below the driver's truth).
 pub(crate) fn freed(key: u64, free: impl FnOnce() -> R) -> R {
-    let Some(g) = gate() else { return free() };
+    let Some(g) = memory_gate() else {
+        return free();
+    };
     // Out of the table before the driver frees: once it has, another thread may be given the
     // same address and track it, and a later untrack would take that thread's charge.
     let held = g.untrack(key);
@@ -81,7 +83,7 @@ pub(crate) fn freed(key: u64, free: impl FnOnce() -> R) -> R {
     r
 }
 
-pub(crate) fn sync_locked(g: &Gate, pools: &mut HashMap<usize, PoolCharge>) -> bool {
+pub(crate) fn sync_locked(g: &MemoryGate, pools: &mut HashMap<usize, PoolCharge>) -> bool {
     let mut lowered = false;
     for (&p, c) in pools.iter_mut() {
         if let Some(now) = pool_attr(p as CUmemoryPool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) {
@@ -97,7 +99,7 @@ pub(crate) fn sync_locked(g: &Gate, pools: &mut HashMap<usize, PoolCharge>) -> b
 
 /// Brings every known pool's charge down to its current reserved size (and graph memory to
 /// what the driver still holds). Returns whether any charge went down.
-pub(crate) fn sync_pools(g: &Gate) -> bool {
+pub(crate) fn sync_pools(g: &MemoryGate) -> bool {
     let mut lowered = match g.pools.lock() {
         Ok(mut pools) => sync_locked(g, &mut pools),
         Err(_) => false,
@@ -108,7 +110,7 @@ pub(crate) fn sync_pools(g: &Gate) -> bool {
 
 /// Lowers the graph-cache charges to what the driver still reserves beyond live allocations.
 /// Returns whether a charge went down.
-pub(crate) fn sync_cache(g: &Gate) -> bool {
+pub(crate) fn sync_cache(g: &MemoryGate) -> bool {
     let Ok(mut gr) = g.graphs.lock() else {
         return false;
     };
@@ -138,7 +140,7 @@ pub(crate) fn sync_cache(g: &Gate) -> bool {
 
 /// An allocation stopped being live: its bytes leave the slice, or stay as the device's graph
 /// cache when the driver reports one.
-pub(crate) fn release(g: &Gate, gr: &mut Graphs, a: Alloc) {
+pub(crate) fn release(g: &MemoryGate, gr: &mut Graphs, a: Alloc) {
     if reserved_by_driver(a.ordinal).is_some() {
         gr.cache.entry(a.ordinal).or_insert((a.entry, 0)).1 += a.bytes;
     } else {
@@ -148,7 +150,7 @@ pub(crate) fn release(g: &Gate, gr: &mut Graphs, a: Alloc) {
 
 /// A free in stream order of graph memory at `va` (`cuMemFreeAsync`): returns the work to run
 /// when the stream gets there, or `None` when `va` is not a live graph allocation.
-pub(crate) fn free_later(g: &Gate, va: u64) -> Option<Box<dyn FnOnce() + Send>> {
+pub(crate) fn free_later(g: &MemoryGate, va: u64) -> Option<Box<dyn FnOnce() + Send>> {
     let gen = {
         let gr = g.graphs.lock().ok()?;
         let a = gr.allocs.get(&va).filter(|a| a.live)?;
@@ -158,14 +160,14 @@ pub(crate) fn free_later(g: &Gate, va: u64) -> Option<Box<dyn FnOnce() + Send>> 
 }
 
 /// `cuMemFree` of graph memory.
-pub(crate) fn free_now(g: &Gate, va: u64) {
+pub(crate) fn free_now(g: &MemoryGate, va: u64) {
     if let Some(f) = free_later(g, va) {
         f();
     }
 }
 
 pub(crate) fn free_if(va: u64, gen: u64) {
-    let Some(g) = gate() else { return };
+    let Some(g) = memory_gate() else { return };
     let Ok(mut gr) = g.graphs.lock() else { return };
     let Some(a) = gr.allocs.get_mut(&va) else {
         return;

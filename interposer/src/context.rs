@@ -11,7 +11,7 @@
 #![allow(non_snake_case)]
 
 use crate::guard;
-use crate::state::gate;
+use crate::state::memory_gate;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
 use std::ffi::{c_int, c_uint, c_void};
@@ -23,7 +23,9 @@ fn admit(dev: CUdevice) -> Result<(), R> {
     let Some(_g) = guard::enter() else {
         return Ok(());
     };
-    let Some(g) = gate() else { return Ok(()) };
+    let Some(g) = memory_gate() else {
+        return Ok(());
+    };
     let Some(entry) = g.entry(dev) else {
         return Ok(());
     };
@@ -107,7 +109,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUd
 fn synced(r: R) -> R {
     if r == CUDA_SUCCESS {
         if let Some(_g) = guard::enter() {
-            if let Some(g) = gate() {
+            if let Some(g) = memory_gate() {
                 crate::charge::sync_pools(g);
             }
         }

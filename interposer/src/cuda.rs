@@ -10,7 +10,7 @@ use crate::charge::{freed, gated, round};
 use crate::guard;
 // The launch gate still names it here.
 pub(crate) use crate::driver::current_device;
-use crate::state::gate;
+use crate::state::memory_gate;
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn cuMemAllocPitch(
 /// Corrects the charge of a tracked allocation to `actual` (grows only if the cap allows; a
 /// shortfall is logged — the memory exists and must stay accounted).
 fn recharge(key: u64, actual: u64) {
-    let Some(g) = gate() else { return };
+    let Some(g) = memory_gate() else { return };
     let Ok(mut m) = g.allocs.lock() else { return };
     let Some((entry, charged)) = m.get_mut(&key) else {
         return;
@@ -185,7 +185,7 @@ pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptr_v1) -> R {
 
 /// The slice's view: `(free, total)` from the real values, or `None` when uncapped.
 fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64, u64)> {
-    let g = gate()?;
+    let g = memory_gate()?;
     let entry = g.entry(ordinal)?;
     let cap = g.cap(ordinal, entry);
     if cap == UNCAPPED {
@@ -205,7 +205,7 @@ fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> R {
     let r = call!(cuMemGetInfo_v2; free, total);
-    if r != CUDA_SUCCESS || free.is_null() || total.is_null() || gate().is_none() {
+    if r != CUDA_SUCCESS || free.is_null() || total.is_null() || memory_gate().is_none() {
         return r;
     }
     let Some(_g) = guard::enter() else { return r };
@@ -230,7 +230,7 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> R {
     let r = call!(cuMemGetInfo; free, total);
-    if r != CUDA_SUCCESS || free.is_null() || total.is_null() || gate().is_none() {
+    if r != CUDA_SUCCESS || free.is_null() || total.is_null() || memory_gate().is_none() {
         return r;
     }
     let Some(_g) = guard::enter() else { return r };
@@ -269,7 +269,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
 }
 
 fn slice_view_total(dev: CUdevice, real_total: u64) -> Option<((), u64)> {
-    let g = gate()?;
+    let g = memory_gate()?;
     let entry = g.entry(dev)?;
     let cap = g.cap(dev, entry);
     (cap != UNCAPPED).then_some(((), cap.min(real_total)))
@@ -320,7 +320,7 @@ pub unsafe extern "C" fn cuMemCreate(
     let Some(_g) = guard::enter() else {
         return run();
     };
-    let Some(g) = gate() else { return run() };
+    let Some(g) = memory_gate() else { return run() };
     let Some(entry) = g.entry(loc.id) else {
         return run();
     };

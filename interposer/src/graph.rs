@@ -17,7 +17,7 @@
 use crate::charge::{free_if, release, round, sync_cache};
 use crate::graphmem::{Alloc, Graphs};
 use crate::guard;
-use crate::state::gate;
+use crate::state::memory_gate;
 use gpuslice_cuda_abi::exec::*;
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;
@@ -28,7 +28,7 @@ type R = CUresult;
 
 fn record_alloc(graph: CUgraph, va: u64, bytes: usize, ordinal: CUdevice) {
     let Some(_g) = guard::enter() else { return };
-    let Some(g) = gate() else { return };
+    let Some(g) = memory_gate() else { return };
     let Some(entry) = g.entry(ordinal) else {
         return;
     };
@@ -52,7 +52,7 @@ fn record_alloc(graph: CUgraph, va: u64, bytes: usize, ordinal: CUdevice) {
 }
 
 fn record_free(graph: CUgraph, va: u64) {
-    if let Some(g) = gate() {
+    if let Some(g) = memory_gate() {
         if let Ok(mut gr) = g.graphs.lock() {
             gr.graphs.entry(graph as usize).or_default().frees.push(va);
         }
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
 pub unsafe extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> R {
     let r = call!(cuGraphClone; clone, original);
     if r == CUDA_SUCCESS && !clone.is_null() {
-        if let Some(g) = gate() {
+        if let Some(g) = memory_gate() {
             if let Ok(mut gr) = g.graphs.lock() {
                 if let Some(n) = gr.graphs.get(&(original as usize)).cloned() {
                     // SAFETY: written by the driver on success.
@@ -202,7 +202,7 @@ pub unsafe extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) ->
 pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> R {
     let r = call!(cuGraphDestroy; graph);
     if r == CUDA_SUCCESS {
-        if let Some(g) = gate() {
+        if let Some(g) = memory_gate() {
             if let Ok(mut gr) = g.graphs.lock() {
                 gr.graphs.remove(&(graph as usize));
             }
@@ -215,7 +215,7 @@ fn record_exec(r: R, exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R {
     if r != CUDA_SUCCESS || exec.is_null() {
         return r;
     }
-    if let Some(g) = gate() {
+    if let Some(g) = memory_gate() {
         if let Ok(mut gr) = g.graphs.lock() {
             if let Some(n) = gr.graphs.get(&(graph as usize)).cloned() {
                 let auto = flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH != 0;
@@ -305,7 +305,7 @@ legacy_and_ptsz! {
 pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
     let r = call!(cuGraphExecDestroy; exec);
     if r == CUDA_SUCCESS {
-        if let Some(g) = gate() {
+        if let Some(g) = memory_gate() {
             if let Ok(mut gr) = g.graphs.lock() {
                 gr.execs.remove(&(exec as usize));
             }
@@ -322,7 +322,7 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
 pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> R {
     let r = call!(cuDeviceGraphMemTrim; dev);
     if r == CUDA_SUCCESS {
-        if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
+        if let (Some(_g), Some(g)) = (guard::enter(), memory_gate()) {
             sync_cache(g);
         }
     }
@@ -337,7 +337,9 @@ pub(crate) fn launch(
     ptsz: bool,
     launch: impl FnOnce() -> R,
 ) -> R {
-    let Some(g) = gate() else { return launch() };
+    let Some(g) = memory_gate() else {
+        return launch();
+    };
     let Some(_guard) = guard::enter() else {
         return launch();
     };

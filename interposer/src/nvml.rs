@@ -4,7 +4,7 @@
 #![allow(non_snake_case)]
 
 use crate::guard;
-use crate::state::gate;
+use crate::state::memory_gate;
 use gpuslice_cuda_abi::nvml::*;
 use gpuslice_region::UNCAPPED;
 use std::ffi::{c_char, c_uint, CStr};
@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_uint, CStr};
 /// The slice's (total, used, free) for `device`, given the real total and free.
 fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u64, u64)> {
     let _g = guard::enter()?;
-    let g = gate()?;
+    let g = memory_gate()?;
     let (ordinal, entry) = if g.is_standalone() {
         let f = crate::real!(nvml_sym nvmlDeviceGetIndex)?;
         let mut i: c_uint = 0;

@@ -11,13 +11,13 @@
 
 use crate::guard;
 use crate::nvml_procs::{nvmlProcessUtilizationSample_t, own_pids};
-use crate::state::gate;
+use crate::state::memory_gate;
 use gpuslice_cuda_abi::nvml::*;
 use std::ffi::c_uint;
 
 /// Whether the calling process is in a slice (the figures are then the slice's view).
 fn in_slice() -> bool {
-    guard::enter().is_some_and(|_g| gate().is_some())
+    guard::enter().is_some_and(|_g| memory_gate().is_some())
 }
 
 /// Samples asked for at once: more processes than one slice has in practice; beyond it the

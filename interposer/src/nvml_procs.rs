@@ -14,7 +14,7 @@
 #![allow(non_snake_case)]
 
 use crate::guard;
-use crate::state::gate;
+use crate::state::memory_gate;
 use gpuslice_cuda_abi::nvml::*;
 use gpuslice_region::layout::{rec_unpack, REC_CLAIMING, REC_LIVE};
 use gpuslice_region::protocol::Ledger;
@@ -59,7 +59,7 @@ impl HasPid for nvmlProcessUtilizationSample_t {
 
 /// The slice's own pids (`None`: no slice, pass the list through).
 pub(crate) fn own_pids() -> Option<HashSet<u32>> {
-    let g = gate()?;
+    let g = memory_gate()?;
     let mut set = HashSet::new();
     set.insert(std::process::id());
     let usage = &g.slice.usage;

@@ -10,7 +10,7 @@
 use crate::charge::{round, site, sync_locked, sync_pools};
 use crate::driver::{current_pool, in_stream_order, pool_attr};
 use crate::guard;
-use crate::state::{gate, PoolCharge};
+use crate::state::{memory_gate, PoolCharge};
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
@@ -27,7 +27,9 @@ fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) 
     let Some(_g) = guard::enter() else {
         return alloc();
     };
-    let Some(g) = gate() else { return alloc() };
+    let Some(g) = memory_gate() else {
+        return alloc();
+    };
     if size == 0 {
         return alloc();
     }
@@ -150,14 +152,14 @@ fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce
         return r;
     }
     let Some(_g) = guard::enter() else { return r };
-    let Some(g) = gate() else { return r };
+    let Some(g) = memory_gate() else { return r };
     if let Some((e, b)) = g.untrack(dptr) {
         // Plain memory freed in stream order: its charge returns when the stream gets there.
         in_stream_order(
             stream,
             ptsz,
             Box::new(move || {
-                if let Some(g) = gate() {
+                if let Some(g) = memory_gate() {
                     g.uncharge(e, b);
                 }
             }),
@@ -202,7 +204,7 @@ fn remember_pool_device(pool: CUmemoryPool, loc: &CUmemLocation) {
         return;
     }
     let Some(_g) = guard::enter() else { return };
-    if let Some(g) = gate() {
+    if let Some(g) = memory_gate() {
         if let (Some(entry), Ok(mut pools)) = (g.entry(loc.id), g.pools.lock()) {
             pools.entry(pool as usize).or_insert(PoolCharge {
                 entry,
@@ -288,7 +290,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
 ) -> R {
     let r = call!(cuMemPoolSetAttribute; pool, attr, value);
     if r == CUDA_SUCCESS {
-        if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
+        if let (Some(_g), Some(g)) = (guard::enter(), memory_gate()) {
             sync_pools(g);
         }
     }
@@ -302,7 +304,7 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
     let r = call!(cuMemPoolTrimTo; pool, keep);
-    if let (Some(_g), Some(g)) = (guard::enter(), gate()) {
+    if let (Some(_g), Some(g)) = (guard::enter(), memory_gate()) {
         sync_pools(g);
     }
     r
@@ -316,7 +318,7 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
 pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> R {
     let r = call!(cuMemPoolDestroy; pool);
     if r == CUDA_SUCCESS {
-        if let Some(g) = gate() {
+        if let Some(g) = memory_gate() {
             if let Ok(mut pools) = g.pools.lock() {
                 if let Some(c) = pools.remove(&(pool as usize)) {
                     g.uncharge(c.entry, c.charged);

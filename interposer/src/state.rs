@@ -16,8 +16,9 @@ const MAX_ORDINALS: usize = 64;
 /// Default charge granularity (the driver's large-page size).
 pub const GRANULARITY: u64 = 2 << 20;
 
-/// The enforcing state (absent in pass-through mode).
-pub struct Gate {
+/// The memory gate: the enforcing state of this process (absent in pass-through mode) — the
+/// slice, its caps, this process's charges and tables. (`mod gate` is the launch gate.)
+pub struct MemoryGate {
     /// The slice files.
     pub slice: Slice,
     /// Standalone mode: the requested cap per ordinal (`None` entry = uncapped).
@@ -52,18 +53,22 @@ pub struct PoolCharge {
     pub charged: u64,
 }
 
-static STATE: OnceLock<Option<Gate>> = OnceLock::new();
+static STATE: OnceLock<Option<MemoryGate>> = OnceLock::new();
 
 /// The gate, initialising on first use; `None` = pass-through.
-pub fn gate() -> Option<&'static Gate> {
+pub fn memory_gate() -> Option<&'static MemoryGate> {
     STATE.get_or_init(init).as_ref()
 }
+
+// The names the launch gate (`gate.rs`) still uses for these.
+pub(crate) use memory_gate as gate;
+pub(crate) use MemoryGate as Gate;
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-fn init() -> Option<Gate> {
+fn init() -> Option<MemoryGate> {
     let explicit = env("GPUSLICE_SLICE_DIR");
     let dir = PathBuf::from(explicit.clone().unwrap_or_else(|| "/run/gpuslice".into()));
     if dir.join(layout::LIMITS_FILE).exists() {
@@ -86,7 +91,7 @@ fn init() -> Option<Gate> {
         match Slice::open(&dir) {
             Ok(slice) => {
                 crate::log!(Level::Info, "enforcing slice {}", dir.display());
-                return Some(Gate::new(slice, None));
+                return Some(MemoryGate::new(slice, None));
             }
             Err(e) => {
                 if let Some(g) = private_usage(&dir, &e) {
@@ -168,7 +173,7 @@ pub fn trusted(dir: &std::path::Path) -> Result<(), String> {
 /// (the tenant wrote over it): rather than run unenforced, this process (and the children it
 /// forks) is held to the slice's caps through a private usage region — anonymous in effect: its
 /// files are unlinked as soon as they are mapped.
-fn private_usage(dir: &std::path::Path, why: &gpuslice_region::RegionError) -> Option<Gate> {
+fn private_usage(dir: &std::path::Path, why: &gpuslice_region::RegionError) -> Option<MemoryGate> {
     let limits = gpuslice_region::Limits::open(dir).ok()?;
     let lease = gpuslice_region::Lease::open(dir).ok()?;
     let start = gpuslice_region::liveness::self_start_time()?;
@@ -194,7 +199,7 @@ fn private_usage(dir: &std::path::Path, why: &gpuslice_region::RegionError) -> O
          caps on its own",
         dir.display()
     );
-    Some(Gate::new(
+    Some(MemoryGate::new(
         Slice {
             dir: dir.to_path_buf(),
             limits,
@@ -205,7 +210,7 @@ fn private_usage(dir: &std::path::Path, why: &gpuslice_region::RegionError) -> O
     ))
 }
 
-fn standalone() -> Option<Gate> {
+fn standalone() -> Option<MemoryGate> {
     let (var, text, q) = if let Some(v) = env("GPUSLICE_MEMORY") {
         let q = gpuslice_region::parse_quantity(&v);
         ("GPUSLICE_MEMORY", v, Some(q))
@@ -272,7 +277,7 @@ fn standalone() -> Option<Gate> {
             if made && crate::ctor::is_top(&id) {
                 crate::ctor::remove_at_exit(dir);
             }
-            Some(Gate::new(slice, Some(caps)))
+            Some(MemoryGate::new(slice, Some(caps)))
         }
         Err(e) => {
             crate::log!(
@@ -285,14 +290,14 @@ fn standalone() -> Option<Gate> {
     }
 }
 
-impl Gate {
-    fn new(slice: Slice, standalone: Option<Vec<Option<MemQuantity>>>) -> Gate {
+impl MemoryGate {
+    fn new(slice: Slice, standalone: Option<Vec<Option<MemQuantity>>>) -> MemoryGate {
         // SAFETY: registering plain extern "C" handlers; they only touch atomics.
         unsafe {
             libc::pthread_atfork(None, None, Some(after_fork_child));
             libc::atexit(at_exit);
         }
-        Gate {
+        MemoryGate {
             slice,
             standalone,
             record: AtomicUsize::new(NO_RECORD),
