@@ -181,7 +181,6 @@ pub fn cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> 
     None
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
