@@ -54,7 +54,7 @@ pub fn run(list: bool, name: Option<&str>, args: &[String]) -> Result<()> {
     }
     match name {
         "share" => crate::bench_share::run(args),
-        "interposer" => bench_interposer::run(),
+        "interposer" => bench_interposer::run(args),
         "container-start" => bench_container_start::run(args),
         _ => sim(),
     }

@@ -21,26 +21,46 @@ const ROUNDS: usize = 6;
 const SAMPLES: &str = "20000";
 const STARTS: usize = 200;
 
+/// Which interposer a configuration preloads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lib {
+    None,
+    /// This tree's `libgpuslice.so`.
+    Current,
+    /// The `baseline=<path>` one (an older build), for before/after in the same run.
+    Baseline,
+}
+
 struct Config {
     name: &'static str,
-    preload: bool,
+    preload: Lib,
     envs: &'static [(&'static str, &'static str)],
 }
 
 const CONFIGS: &[Config] = &[
     Config {
         name: "without",
-        preload: false,
+        preload: Lib::None,
         envs: &[],
     },
     Config {
         name: "with, no request",
-        preload: true,
+        preload: Lib::Current,
         envs: &[],
     },
     Config {
         name: "with, capped",
-        preload: true,
+        preload: Lib::Current,
+        envs: &[("GPUSLICE_MEMORY", "8Gi")],
+    },
+    Config {
+        name: "baseline, no request",
+        preload: Lib::Baseline,
+        envs: &[],
+    },
+    Config {
+        name: "baseline, capped",
+        preload: Lib::Baseline,
         envs: &[("GPUSLICE_MEMORY", "8Gi")],
     },
 ];
@@ -56,13 +76,19 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 struct Setup {
     client: PathBuf,
     preload: PathBuf,
+    baseline: Option<PathBuf>,
     /// (driver name, directory holding its libcuda.so.1)
     drivers: Vec<(&'static str, PathBuf)>,
     libs: PathBuf,
     state: PathBuf,
 }
 
-fn setup() -> Result<Setup> {
+fn setup(baseline: Option<PathBuf>) -> Result<Setup> {
+    if let Some(b) = &baseline {
+        if !b.is_file() {
+            bail!("baseline={}: no such file (an older libgpuslice.so)", b.display());
+        }
+    }
     exec(cargo().args([
         "build",
         "--release",
@@ -106,6 +132,7 @@ fn setup() -> Result<Setup> {
     Ok(Setup {
         client: rel.join("examples/bench_client"),
         preload: rel.join("libgpuslice.so"),
+        baseline,
         drivers: vec![("stub driver", stub), ("simulated GPU", libs.clone())],
         libs,
         state: dir.join("sim.state"),
@@ -122,8 +149,14 @@ fn command(s: &Setup, libs: &Path, program: &Path, c: &Config) -> Command {
         .env_remove("GPUSLICE_SLICE_DIR")
         .env_remove("GPUSLICE_STANDALONE_ID")
         .env_remove("CUDA_DEVICE_MEMORY_LIMIT");
-    if c.preload {
-        cmd.env("LD_PRELOAD", &s.preload);
+    match (c.preload, &s.baseline) {
+        (Lib::Current, _) => {
+            cmd.env("LD_PRELOAD", &s.preload);
+        }
+        (Lib::Baseline, Some(b)) => {
+            cmd.env("LD_PRELOAD", b);
+        }
+        _ => {}
     }
     for (k, v) in c.envs {
         cmd.env(k, v);
@@ -174,8 +207,20 @@ fn start_times(s: &Setup, c: &Config, into: &mut Vec<u64>) -> Result<()> {
     Ok(())
 }
 
-pub fn run() -> Result<()> {
-    let s = setup()?;
+/// `cargo xtask bench interposer [baseline=<older libgpuslice.so>]`.
+pub fn run(args: &[String]) -> Result<()> {
+    let mut baseline = None;
+    for a in args {
+        match a.split_once('=') {
+            Some(("baseline", p)) => baseline = Some(PathBuf::from(p)),
+            _ => bail!("unknown argument {a:?} (expected baseline=<path to libgpuslice.so>)"),
+        }
+    }
+    let s = setup(baseline)?;
+    let configs: Vec<&Config> = CONFIGS
+        .iter()
+        .filter(|c| c.preload != Lib::Baseline || s.baseline.is_some())
+        .collect();
     let mut results: Vec<(&'static str, Samples)> = Vec::new();
     let mut starts: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     for (driver, libs) in &s.drivers {
@@ -183,9 +228,9 @@ pub fn run() -> Result<()> {
         for round in 0..ROUNDS {
             // Alternate the order so drift (other load, frequency) hits every configuration.
             let order: Vec<&Config> = if round % 2 == 0 {
-                CONFIGS.iter().collect()
+                configs.clone()
             } else {
-                CONFIGS.iter().rev().collect()
+                configs.iter().rev().copied().collect()
             };
             for c in order {
                 eprintln!("{driver}: round {}/{ROUNDS}: {}", round + 1, c.name);
@@ -198,7 +243,10 @@ pub fn run() -> Result<()> {
         results.push((driver, all));
     }
     let _ = std::fs::remove_dir_all(s.libs.parent().unwrap_or(&s.libs));
-    println!("command: cargo xtask bench interposer");
+    match &s.baseline {
+        Some(b) => println!("command: cargo xtask bench interposer baseline={}", b.display()),
+        None => println!("command: cargo xtask bench interposer"),
+    }
     println!(
         "{ROUNDS} alternating rounds per configuration, {SAMPLES} samples per op per round \
          (alloc/free: a quarter), each sample the mean of 16 calls; ns per call"
@@ -232,10 +280,35 @@ pub fn run() -> Result<()> {
             );
         }
     }
+    if s.baseline.is_some() {
+        println!("\nthis tree against the baseline library, ns per call (median; ratio this/baseline):\n");
+        println!("| driver | op | baseline, no request | this, no request | ratio | baseline, capped | this, capped | ratio |");
+        println!("|---|---|---|---|---|---|---|---|");
+        for (driver, all) in &results {
+            let med = |cfg: &str, op: &str| -> u64 {
+                let mut v = all
+                    .get(cfg)
+                    .and_then(|m| m.get(op))
+                    .cloned()
+                    .unwrap_or_default();
+                v.sort_unstable();
+                percentile(&v, 0.5)
+            };
+            for op in ["launch", "alloc_free", "mem_get_info"] {
+                let (bp, tp) = (med("baseline, no request", op), med("with, no request", op));
+                let (bc, tc) = (med("baseline, capped", op), med("with, capped", op));
+                println!(
+                    "| {driver} | {op} | {bp} | {tp} | {:.2} | {bc} | {tc} | {:.2} |",
+                    tp as f64 / bp.max(1) as f64,
+                    tc as f64 / bc.max(1) as f64
+                );
+            }
+        }
+    }
     println!("\nstart of /bin/true (a process that never touches CUDA), µs:\n");
     println!("| configuration | median | p99 |");
     println!("|---|---|---|");
-    for c in CONFIGS {
+    for c in &configs {
         let mut v = starts.get(c.name).cloned().unwrap_or_default();
         v.sort_unstable();
         println!(
