@@ -7,9 +7,8 @@
 #![allow(non_snake_case)]
 
 use crate::charge::{freed, gated, round};
+use crate::driver::current_device;
 use crate::guard;
-// The launch gate still names it here.
-pub(crate) use crate::driver::current_device;
 use crate::state::memory_gate;
 use gpuslice_cuda_abi::memory::*;
 use gpuslice_cuda_abi::result::*;

@@ -22,7 +22,7 @@
 //!   arbiter hands the lease on at once when others wait (docs/scheduling.md, "Idle holders").
 
 use crate::log::Level;
-use crate::state::gate;
+use crate::state::memory_gate;
 use gpuslice_cuda_abi::exec::{CU_EVENT_DISABLE_TIMING, CU_STREAM_LEGACY_HANDLE};
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
@@ -33,8 +33,6 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-type R = CUresult;
 
 /// Give up waiting for a grant after this long (the arbiter is gone): the gate opens.
 const FAIL_OPEN: Duration = Duration::from_secs(30);
@@ -140,11 +138,11 @@ static FAILED_OPEN: AtomicBool = AtomicBool::new(false);
 
 /// The slice entry of the launching thread's device.
 #[inline(always)]
-fn entry_of(g: &crate::state::Gate) -> Option<usize> {
+fn entry_of(g: &crate::state::MemoryGate) -> Option<usize> {
     if g.slice.limits.device_count() <= 1 {
         return Some(0);
     }
-    crate::cuda::current_device().and_then(|d| g.entry(d))
+    crate::driver::current_device().and_then(|d| g.entry(d))
 }
 
 /// Called before the real launch; `Err` is returned to the caller instead of launching. `Ok(true)`:
@@ -152,7 +150,9 @@ fn entry_of(g: &crate::state::Gate) -> Option<usize> {
 /// given `true`.
 #[inline(always)]
 pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
-    let Some(g) = gate() else { return Ok(false) };
+    let Some(g) = memory_gate() else {
+        return Ok(false);
+    };
     let Some(e) = entry_of(g) else {
         return Ok(false);
     };
@@ -197,7 +197,7 @@ fn may_launch(w: u32) -> bool {
 /// Called after the real launch returned, with what [`before_launch`] returned.
 #[inline(always)]
 pub(crate) fn after_launch(stream: CUstream, counted: bool) {
-    let Some(g) = gate() else { return };
+    let Some(g) = memory_gate() else { return };
     let Some(e) = entry_of(g) else { return };
     if g.slice.lease.max_queue(e) > 0 {
         record_bound_event(e, stream);
@@ -210,7 +210,7 @@ pub(crate) fn after_launch(stream: CUstream, counted: bool) {
 /// Counts this process in the slice's `busy` word under the current grant, once per quiet
 /// spell (the launch that ends it), and wakes a gate thread waiting on that word.
 #[inline(always)]
-fn mark_busy(g: &crate::state::Gate, e: usize) {
+fn mark_busy(g: &crate::state::MemoryGate, e: usize) {
     let ent = &ENTRIES[e];
     let grant = g.slice.lease.grant(e);
     // `seq` was raised (SeqCst) before this load: a gate thread that clears `busy` after it
@@ -222,7 +222,7 @@ fn mark_busy(g: &crate::state::Gate, e: usize) {
 }
 
 #[cold]
-fn set_busy(g: &crate::state::Gate, e: usize, grant: u32) {
+fn set_busy(g: &crate::state::MemoryGate, e: usize, grant: u32) {
     if ENTRIES[e].busy.swap(grant, SeqCst) != grant {
         if let Some(words) = g.slice.usage.gate_words(e) {
             add_pending(words.busy, grant);
@@ -233,7 +233,7 @@ fn set_busy(g: &crate::state::Gate, e: usize, grant: u32) {
 
 /// Once per lease word and stream per thread: activity, pending registration, stream set.
 #[cold]
-fn held_slow(g: &crate::state::Gate, e: usize, w: u32, s: usize) {
+fn held_slow(g: &crate::state::MemoryGate, e: usize, w: u32, s: usize) {
     let Some(words) = g.slice.usage.gate_words(e) else {
         return;
     };
@@ -293,7 +293,7 @@ fn remove_pending(p: &AtomicU64, grant: u32) {
 
 /// Waits until the lease is held (or ungated); returns the word then.
 #[cold]
-fn wait_for_lease(g: &crate::state::Gate, e: usize, counted: bool) -> u32 {
+fn wait_for_lease(g: &crate::state::MemoryGate, e: usize, counted: bool) -> u32 {
     let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
         return LEASE_UNGATED;
     };
@@ -430,7 +430,7 @@ fn futex_wake(addr: *const u32) {
 }
 
 fn current_ctx() -> usize {
-    let Some(f) = crate::real!(cuda_sym cuCtxGetCurrent: fn(*mut CUcontext) -> R) else {
+    let Some(f) = crate::real!(cuda_sym cuCtxGetCurrent) else {
         return 0;
     };
     let mut c: CUcontext = std::ptr::null_mut();
@@ -467,7 +467,7 @@ extern "C" fn after_fork_child() {
 /// At exit the process's work is over (the driver tears its contexts down): leave `pending`
 /// so the arbiter need not wait for a drain report that will never come.
 extern "C" fn at_exit() {
-    let Some(g) = gate() else { return };
+    let Some(g) = memory_gate() else { return };
     for (e, ent) in ENTRIES.iter().enumerate() {
         let grant = ent.registered.load(Acquire);
         if grant == 0 || ent.drained.swap(grant, AcqRel) == grant {
@@ -510,7 +510,7 @@ fn ensure_thread(e: usize) {
 
 /// Drains the process's work after each revoke of entry `e`'s lease.
 fn gate_thread(e: usize) {
-    let Some(g) = gate() else { return };
+    let Some(g) = memory_gate() else { return };
     let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
         return;
     };
@@ -530,8 +530,7 @@ fn gate_thread(e: usize) {
             let early = launch_ns(e).is_some_and(|l| l <= NEAR_MAX_LAUNCH_NS);
             if early {
                 if let Some(ev) = second_newest_event(e) {
-                    if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R)
-                    {
+                    if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize) {
                         // SAFETY: `ev` is a live queue-bound event of this process (events
                         // are recycled, never destroyed once recorded).
                         unsafe { sync(ev as CUevent) };
@@ -582,7 +581,7 @@ fn gate_thread(e: usize) {
 /// arbiter, which hands an idle lease on at once when others wait). Returns when the process
 /// went quiet or the lease moved.
 fn watch_quiet(
-    g: &crate::state::Gate,
+    g: &crate::state::MemoryGate,
     e: usize,
     words: &gpuslice_region::GateWords<'_>,
     word: &gpuslice_region::LeaseWord<'_>,
@@ -590,8 +589,8 @@ fn watch_quiet(
 ) {
     let ent = &ENTRIES[e];
     let held = || word.load() & LEASE_HELD != 0 && g.slice.lease.grant(e) == grant;
-    let sync = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R);
-    let query = crate::real!(cuda_sym cuEventQuery: fn(CUevent) -> R);
+    let sync = crate::real!(cuda_sym cuEventSynchronize);
+    let query = crate::real!(cuda_sym cuEventQuery);
     let mut snap: Vec<usize> = Vec::new();
     loop {
         if !held() {
@@ -670,24 +669,24 @@ fn second_newest_event(e: usize) -> Option<usize> {
 
 /// Waits for the work queued on `stream` (in context `ctx`) so far.
 fn drain(stream: usize, ctx: usize) {
-    if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent: fn(CUcontext) -> R) {
+    if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent) {
         // SAFETY: `ctx` is a context handle the driver returned to a launching thread; a
         // destroyed context makes the call fail, which is ignored.
         unsafe { set(ctx as CUcontext) };
     }
     if stream == 0 || stream == CU_STREAM_LEGACY_HANDLE || stream == 2 {
         // Default streams (legacy or another thread's per-thread stream): the whole context.
-        if let Some(f) = crate::real!(cuda_sym cuCtxSynchronize: fn() -> R) {
+        if let Some(f) = crate::real!(cuda_sym cuCtxSynchronize) {
             // SAFETY: no arguments; synchronises the current context.
             unsafe { f() };
         }
         return;
     }
     let (Some(create), Some(record), Some(sync), Some(destroy)) = (
-        crate::real!(cuda_sym cuEventCreate: fn(*mut CUevent, u32) -> R),
-        crate::real!(cuda_sym cuEventRecord: fn(CUevent, CUstream) -> R),
-        crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R),
-        crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R),
+        crate::real!(cuda_sym cuEventCreate),
+        crate::real!(cuda_sym cuEventRecord),
+        crate::real!(cuda_sym cuEventSynchronize),
+        crate::real!(cuda_sym cuEventDestroy_v2),
     ) else {
         return;
     };
@@ -717,7 +716,7 @@ fn bound_queue(e: usize, max: usize) {
             _ => None,
         };
         let Some((ev, grant)) = oldest else { return };
-        if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize: fn(CUevent) -> R) {
+        if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize) {
             // SAFETY: `ev` is a live event this process created and recorded.
             unsafe { sync(ev as CUevent) };
         }
@@ -777,7 +776,7 @@ fn completed(e: usize, ev: usize, grant: u32) {
 /// Device time between two completed timing events, ns (`None`: not measurable, e.g. events
 /// of different streams in the wrong order).
 fn elapsed_ns(a: usize, b: usize) -> Option<u64> {
-    let f = crate::real!(cuda_sym cuEventElapsedTime: fn(*mut f32, CUevent, CUevent) -> R)?;
+    let f = crate::real!(cuda_sym cuEventElapsedTime)?;
     let mut ms = 0f32;
     // SAFETY: both are live, completed events of this process; valid out-pointer.
     if unsafe { f(&mut ms, a as CUevent, b as CUevent) } != CUDA_SUCCESS || ms <= 0.0 {
@@ -789,8 +788,8 @@ fn elapsed_ns(a: usize, b: usize) -> Option<u64> {
 /// Records a queue-bound event after a launch on `stream`.
 fn record_bound_event(e: usize, stream: CUstream) {
     let (Some(create), Some(record)) = (
-        crate::real!(cuda_sym cuEventCreate: fn(*mut CUevent, u32) -> R),
-        crate::real!(cuda_sym cuEventRecord: fn(CUevent, CUstream) -> R),
+        crate::real!(cuda_sym cuEventCreate),
+        crate::real!(cuda_sym cuEventRecord),
     ) else {
         return;
     };
@@ -808,13 +807,13 @@ fn record_bound_event(e: usize, stream: CUstream) {
             if let Ok(mut v) = ENTRIES[e].spare.lock() {
                 v.push(ev as usize);
             }
-        } else if let Some(destroy) = crate::real!(cuda_sym cuEventDestroy_v2: fn(CUevent) -> R) {
+        } else if let Some(destroy) = crate::real!(cuda_sym cuEventDestroy_v2) {
             // SAFETY: `ev` was just created, never recorded nor seen by anyone; destroyed once.
             unsafe { destroy(ev) };
         }
         return;
     }
-    let grant = gate().map_or(0, |g| g.slice.lease.grant(e));
+    let grant = memory_gate().map_or(0, |g| g.slice.lease.grant(e));
     if let Ok(mut q) = ENTRIES[e].events.lock() {
         q.push_back((ev as usize, grant));
     }

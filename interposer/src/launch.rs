@@ -26,51 +26,23 @@ fn gated_launch(stream: CUstream, launch: impl FnOnce() -> R) -> R {
     r
 }
 
-/// `cuLaunchKernel`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernel(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> R {
-    gated_launch(stream, || {
-        call!(cuLaunchKernel: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> R;
-            f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)
-    })
-}
-
-/// `cuLaunchKernel_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> R {
-    gated_launch(stream, || {
-        call!(cuLaunchKernel_ptsz: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> R;
-            f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)
+legacy_and_ptsz! {
+    /// `cuLaunchKernel`, `cuLaunchKernel_ptsz`.
+    fn cuLaunchKernel, cuLaunchKernel_ptsz(
+        f: CUfunction,
+        gx: c_uint,
+        gy: c_uint,
+        gz: c_uint,
+        bx: c_uint,
+        by: c_uint,
+        bz: c_uint,
+        shmem: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> R;
+    |real, per_thread| gated_launch(stream, || {
+        real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)
     })
 }
 
@@ -83,114 +55,41 @@ fn config_stream(config: *const CUlaunchConfig) -> CUstream {
     }
 }
 
-/// `cuLaunchKernelEx`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> R {
-    gated_launch(config_stream(config), || {
-        call!(cuLaunchKernelEx: fn(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> R;
-            config, f, params, extra)
+legacy_and_ptsz! {
+    /// `cuLaunchKernelEx`, `cuLaunchKernelEx_ptsz`.
+    fn cuLaunchKernelEx, cuLaunchKernelEx_ptsz(
+        config: *const CUlaunchConfig,
+        f: CUfunction,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> R;
+    |real, per_thread| gated_launch(config_stream(config), || real(config, f, params, extra))
+}
+
+legacy_and_ptsz! {
+    /// `cuLaunchCooperativeKernel`, `cuLaunchCooperativeKernel_ptsz`.
+    fn cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz(
+        f: CUfunction,
+        gx: c_uint,
+        gy: c_uint,
+        gz: c_uint,
+        bx: c_uint,
+        by: c_uint,
+        bz: c_uint,
+        shmem: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+    ) -> R;
+    |real, per_thread| gated_launch(stream, || {
+        real(f, gx, gy, gz, bx, by, bz, shmem, stream, params)
     })
 }
 
-/// `cuLaunchKernelEx_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> R {
-    gated_launch(config_stream(config), || {
-        call!(cuLaunchKernelEx_ptsz: fn(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> R;
-            config, f, params, extra)
-    })
-}
-
-/// `cuLaunchCooperativeKernel`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> R {
-    gated_launch(stream, || {
-        call!(cuLaunchCooperativeKernel: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void) -> R;
-            f, gx, gy, gz, bx, by, bz, shmem, stream, params)
-    })
-}
-
-/// `cuLaunchCooperativeKernel_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shmem: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> R {
-    gated_launch(stream, || {
-        call!(cuLaunchCooperativeKernel_ptsz: fn(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void) -> R;
-            f, gx, gy, gz, bx, by, bz, shmem, stream, params)
-    })
-}
-
-/// `cuGraphLaunch`: gated like a kernel launch; graph memory nodes are charged first.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) -> R {
-    gated_launch(stream, || {
-        crate::graph::launch(
-            exec,
-            stream,
-            false,
-            || call!(cuGraphLaunch: fn(CUgraphExec, CUstream) -> R; exec, stream),
-        )
-    })
-}
-
-/// `cuGraphLaunch_ptsz`.
-///
-/// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> R {
-    gated_launch(stream, || {
-        crate::graph::launch(
-            exec,
-            stream,
-            true,
-            || call!(cuGraphLaunch_ptsz: fn(CUgraphExec, CUstream) -> R; exec, stream),
-        )
+legacy_and_ptsz! {
+    /// `cuGraphLaunch`, `cuGraphLaunch_ptsz`: gated like a kernel launch; graph memory nodes are
+    /// charged first.
+    fn cuGraphLaunch, cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> R;
+    |real, per_thread| gated_launch(stream, || {
+        crate::graph::launch(exec, stream, per_thread, || real(exec, stream))
     })
 }

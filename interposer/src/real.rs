@@ -108,16 +108,13 @@ pub fn nvml_sym(name: &CStr) -> *mut c_void {
     dlsym(h, name)
 }
 
-/// `real!(cuda cuMemAlloc_v2: fn(*mut u64, usize) -> u32)`: the cached real function as
-/// `Option<unsafe extern "C" fn(..) -> ..>`.
+/// `real!(cuda_sym cuMemAlloc_v2)`: the cached real function as
+/// `Option<gpuslice_cuda_abi::pfn::cuMemAlloc_v2>`, typed by the signature declared once there
+/// (a function not declared there cannot be called).
 #[macro_export]
 macro_rules! real {
-    // Typed by the signature declared once in `gpuslice_cuda_abi::pfn`.
     ($lib:ident $name:ident) => {
         $crate::real!(@typed $lib $name, gpuslice_cuda_abi::pfn::$name)
-    };
-    ($lib:ident $name:ident : fn($($a:ty),*) -> $r:ty) => {
-        $crate::real!(@typed $lib $name, unsafe extern "C" fn($($a),*) -> $r)
     };
     (@typed $lib:ident $name:ident, $t:ty) => {{
         static P: std::sync::atomic::AtomicPtr<std::ffi::c_void> =
@@ -133,7 +130,7 @@ macro_rules! real {
             None
         } else {
             // SAFETY: `p` is the library's own export of this name, whose C signature is the
-            // one spelled here (from cuda.h / nvml.h).
+            // one declared for it in `gpuslice_cuda_abi::pfn` (from cuda.h / nvml.h).
             Some(unsafe {
                 std::mem::transmute::<*mut std::ffi::c_void, $t>(p)
             })
@@ -143,19 +140,10 @@ macro_rules! real {
 
 /// `call!(cuMemFree_v2; dptr)`: calls the real driver function of that name, typed by its
 /// declaration in `gpuslice_cuda_abi::pfn`, with the caller's arguments
-/// (`CUDA_ERROR_NOT_INITIALIZED` when the driver lacks it). The older form
-/// `call!(name: fn(types) -> R; args)` spells the signature at the call.
+/// (`CUDA_ERROR_NOT_INITIALIZED` when the driver lacks it).
 macro_rules! call {
     ($name:ident; $($arg:expr),*) => {
         match $crate::real!(cuda_sym $name) {
-            // SAFETY: forwarding the caller's arguments unchanged to the real entry point of
-            // the same name and C signature.
-            Some(f) => unsafe { f($($arg),*) },
-            None => gpuslice_cuda_abi::result::CUDA_ERROR_NOT_INITIALIZED,
-        }
-    };
-    ($name:ident : fn($($t:ty),*) -> R; $($arg:expr),*) => {
-        match $crate::real!(cuda_sym $name: fn($($t),*) -> gpuslice_cuda_abi::result::CUresult) {
             // SAFETY: forwarding the caller's arguments unchanged to the real entry point of
             // the same name and C signature.
             Some(f) => unsafe { f($($arg),*) },

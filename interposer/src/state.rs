@@ -60,10 +60,6 @@ pub fn memory_gate() -> Option<&'static MemoryGate> {
     STATE.get_or_init(init).as_ref()
 }
 
-// The names the launch gate (`gate.rs`) still uses for these.
-pub(crate) use memory_gate as gate;
-pub(crate) use MemoryGate as Gate;
-
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
