@@ -1,4 +1,4 @@
-//! The launch gate (issue 4): a kernel launch proceeds only while the slice holds the device's
+//! The launch gate: a kernel launch proceeds only while the slice holds the device's
 //! lease (`lease` file, written by the arbiter's scheduler). See `docs/scheduling.md`.
 //!
 //! * Fast path (lease held, same lease word and stream as this thread's last launch): one
@@ -44,7 +44,7 @@ const CACHE: usize = 4;
 const QUEUED_NS: u64 = 8_000_000;
 /// Launches queued before their length is known (the first launches of a process): one, so a
 /// process whose launches are long (a 100 ms graph) does not queue two of them in its first
-/// lease and front-load 200 ms of work, paid back by a 1 s window at 10 % (issue 14). Costs the
+/// lease and front-load 200 ms of work, paid back by a 1 s window at 10 %. Costs the
 /// first three launches of a process a host round trip each.
 const UNKNOWN_BOUND: usize = 1;
 /// Intervals the launch length is the median of.

@@ -235,8 +235,8 @@ fn shares_run(
 ) -> Result<(Vec<Vec<f64>>, Vec<f64>, Samples)> {
     // Every slice is admitted before any tenant starts: the device is shared (queue bounds
     // set) from the first launch, so no tenant queues work alone that would then drain, and
-    // be charged, in its neighbours' first second (issue 14: a depth-1000 tenant started
-    // before its neighbour was admitted showed 49 % in the first 1 s window).
+    // be charged, in its neighbours' first second (a depth-1000 tenant started before its
+    // neighbour was admitted showed 49 % in the first 1 s window).
     let mut dirs = Vec::new();
     for (id, req, _) in tenants {
         dirs.push(c.arb.admit(id, req)?);

@@ -1,4 +1,4 @@
-//! Time-slicing (issue 4): one lease scheduler per device. [`Scheduler`] owns a loop thread per
+//! Time-slicing: one lease scheduler per device. [`Scheduler`] owns a loop thread per
 //! device (`device`), fed by commands from the control socket (admit → add, update → new
 //! shares at once, release → remove after revoking). The algorithm is the pure, clock-injected
 //! [`policy::Policy`]; [`status::SchedulerStatus`] is what `gpuslice status` and metrics read.

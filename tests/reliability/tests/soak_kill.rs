@@ -1,4 +1,4 @@
-//! The soak of issue 14: with `lease_action = "kill"`, honest interposed tenants of every workload
+//! The kill soak: with `lease_action = "kill"`, honest interposed tenants of every workload
 //! shape the scheduler must charge right — CUDA graphs of 100 × 1 ms kernel nodes, 50 ms kernels,
 //! a deep asynchronous queue (1 ms × 1000 in flight), 50 µs kernels, a bursty high-priority
 //! request loop (1 ms every 20 ms), a saturating 1 ms tenant and a slice of several processes —
