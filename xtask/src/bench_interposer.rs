@@ -86,7 +86,10 @@ struct Setup {
 fn setup(baseline: Option<PathBuf>) -> Result<Setup> {
     if let Some(b) = &baseline {
         if !b.is_file() {
-            bail!("baseline={}: no such file (an older libgpuslice.so)", b.display());
+            bail!(
+                "baseline={}: no such file (an older libgpuslice.so)",
+                b.display()
+            );
         }
     }
     exec(cargo().args([
@@ -244,7 +247,10 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let _ = std::fs::remove_dir_all(s.libs.parent().unwrap_or(&s.libs));
     match &s.baseline {
-        Some(b) => println!("command: cargo xtask bench interposer baseline={}", b.display()),
+        Some(b) => println!(
+            "command: cargo xtask bench interposer baseline={}",
+            b.display()
+        ),
         None => println!("command: cargo xtask bench interposer"),
     }
     println!(

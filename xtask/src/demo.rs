@@ -51,7 +51,9 @@ pub fn run(force_sim: bool) -> Result<()> {
         println!(
             "An NVIDIA driver is present: the workloads here use the simulator's `spin` kernel,"
         );
-        println!("so on real hardware use tests/gpu/ (tests/gpu/README.md). Showing the real devices:");
+        println!(
+            "so on real hardware use tests/gpu/ (tests/gpu/README.md). Showing the real devices:"
+        );
         let nvml = Nvml::init().context("initialising the real NVML")?;
         for i in 0..nvml.device_count()? {
             let d = nvml.device_by_index(i)?;
