@@ -9,19 +9,24 @@ use crate::shell::{cargo, exec, target_dir};
 use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
 use gpuslice_sim_core::{Node, SimConfig};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 const DEVICES: &str = "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0;\
 name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0";
 
+/// The arbiter of one scenario: the shared one, with the scheduler's status file it writes.
 struct Arbiter {
-    child: Child,
-    state: PathBuf,
+    inner: crate::simenv::Arbiter,
     status_file: PathBuf,
+}
+
+impl std::ops::Deref for Arbiter {
+    type Target = crate::simenv::Arbiter;
+    fn deref(&self) -> &crate::simenv::Arbiter {
+        &self.inner
+    }
 }
 
 impl Arbiter {
@@ -41,89 +46,35 @@ impl Arbiter {
 
     /// [`Arbiter::start_with`] with `[scheduler] realtime_priority = rt`.
     fn start_rt(
-        dist: &Path,
+        _dist: &Path,
         node: &SimNode,
         quantum: &str,
         admission: &str,
         rt: u32,
     ) -> Result<Arbiter> {
-        let state = node.state_dir.join(format!("arbiter-{quantum}"));
-        std::fs::create_dir_all(&state)?;
-        let config = node.state_dir.join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[admission]\n{admission}\n\
-             [metrics]\nenabled = false\n[scheduler]\nquantum = \"{quantum}\"\n\
-             realtime_priority = {rt}\n"
-            ),
-        )?;
         let status_file = node.state_dir.join("sched-status.json");
-        let child = Command::new(dist.join("usr/bin/gpuslice-arbiter"))
-            .args(["--state-dir".as_ref(), state.as_os_str()])
-            .args(["--config".as_ref(), config.as_os_str()])
-            .envs(node.env())
-            .env("GPUSLICE_NVML_LIBRARY", node.nvml_lib())
-            .env("GPUSLICE_SCHED_STATUS_FILE", &status_file)
-            .env(
-                "GPUSLICE_SCHED_EARLY_HANDOFF",
-                std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").unwrap_or_else(|_| "1".into()),
-            )
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .context("starting gpuslice-arbiter")?;
-        let sock = state.join("arbiter.sock");
-        let t0 = Instant::now();
-        while UnixStream::connect(&sock).is_err() {
-            if t0.elapsed() > Duration::from_secs(10) {
-                bail!("the arbiter did not open {}", sock.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Arbiter {
-            child,
-            state,
-            status_file,
-        })
-    }
-
-    fn req(&self, body: &str) -> Result<String> {
-        let mut s = UnixStream::connect(self.state.join("arbiter.sock"))?;
-        writeln!(s, "{{\"version\":1,{body}}}")?;
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line)?;
-        if line.contains("\"error\"") {
-            bail!("arbiter refused {body}: {line}");
-        }
-        Ok(line)
-    }
-
-    fn admit(&self, id: &str, request: &str) -> Result<PathBuf> {
-        self.req(&format!(
-            "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request}}}"
-        ))?;
-        Ok(self.state.join(id))
-    }
-
-    fn release(&self, id: &str) {
-        let _ = self.req(&format!("\"op\":\"release\",\"slice_id\":\"{id}\""));
-    }
-
-    fn update(&self, id: &str, fields: &str) -> Result<()> {
-        self.req(&format!("\"op\":\"update\",\"slice_id\":\"{id}\",{fields}"))
-            .map(|_| ())
+        let config = format!(
+            "[admission]\n{admission}\n[metrics]\nenabled = false\n[scheduler]\n\
+             quantum = \"{quantum}\"\nrealtime_priority = {rt}\n"
+        );
+        let early = std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").unwrap_or_else(|_| "1".into());
+        let inner = crate::simenv::Arbiter::start(
+            node,
+            &format!("arbiter-{quantum}"),
+            &config,
+            &[
+                (
+                    "GPUSLICE_SCHED_STATUS_FILE",
+                    status_file.display().to_string(),
+                ),
+                ("GPUSLICE_SCHED_EARLY_HANDOFF", early),
+            ],
+        )?;
+        Ok(Arbiter { inner, status_file })
     }
 
     fn sched_status(&self) -> Option<serde_json::Value> {
         serde_json::from_slice(&std::fs::read(&self.status_file).ok()?).ok()
-    }
-}
-
-impl Drop for Arbiter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -1132,7 +1083,7 @@ fn priority(c: &Ctx) -> Result<()> {
     ]
     .map(String::from)
     .to_vec();
-    let arb_pid = c.arb.child.id();
+    let arb_pid = c.arb.pid();
     let fmt = |r: &[(f64, f64)]| {
         r.iter()
             .map(|(v, i)| format!("{v:.0}/{i:.0}"))
@@ -1283,7 +1234,7 @@ fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()>
     for i in 0..slices {
         arb.admit(&format!("s{i}"), "\"memory\":\"256Mi\"")?;
     }
-    let pid = arb.child.id();
+    let pid = arb.pid();
     std::thread::sleep(Duration::from_secs(1));
     let idle = arbiter_cpu(pid, 10);
     let t_start = Instant::now();

@@ -11,12 +11,12 @@
 //! cap) and what it got, and whether each promise held ([`summarize`], [`judge`]).
 
 use crate::dist;
-use crate::simenv::SimNode;
+use crate::simenv::{Arbiter, SimNode};
 use anyhow::{bail, Context, Result};
 use gpuslice_sim_core::Node as SimState;
 use nvml_wrapper::Nvml;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// The demo's node: an H100-class and an A100-class device.
@@ -72,7 +72,7 @@ pub fn run(force_sim: bool) -> Result<()> {
     let node = SimNode::new(&dist, DEMO_DEVICES)?;
     println!("gpuslice demo on the SIMULATED GPU (no NVIDIA driver here)");
     println!("node: {}", DEMO_DEVICES.replace(';', " | "));
-    let arbiter = Arbiter::start(&node)?;
+    let arbiter = Arbiter::start(&node, "gpuslice", "[metrics]\nenabled = false\n", &[])?;
     let sim = node.open_sim()?;
     println!(
         "arbiter: {} (state {})",
@@ -573,76 +573,6 @@ fn field(text: &str, key: &str) -> Option<f64> {
 }
 
 /// A gpuslice-arbiter started for the demo on the simulated node, stopped on drop.
-struct Arbiter {
-    child: Child,
-    state: PathBuf,
-    dist: PathBuf,
-    env: Vec<(String, String)>,
-}
-
-impl Arbiter {
-    fn start(node: &SimNode) -> Result<Arbiter> {
-        let state = node.state_dir.join("gpuslice");
-        std::fs::create_dir_all(&state)?;
-        let config = node.state_dir.join("config.toml");
-        std::fs::write(&config, "[metrics]\nenabled = false\n")?;
-        let mut env = node.env();
-        env.push(("GPUSLICE_CONFIG".into(), config.display().to_string()));
-        env.push(("GPUSLICE_STATE_DIR".into(), state.display().to_string()));
-        let child = Command::new(node.dist.join("usr/bin/gpuslice-arbiter"))
-            .envs(env.iter().cloned())
-            .env("GPUSLICE_NVML_LIBRARY", node.nvml_lib())
-            .env("RUST_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting gpuslice-arbiter")?;
-        let a = Arbiter {
-            child,
-            state,
-            dist: node.dist.clone(),
-            env,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !a.socket().exists() {
-            if Instant::now() > deadline {
-                bail!("gpuslice-arbiter did not create {}", a.socket().display());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(a)
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.state.join("arbiter.sock")
-    }
-
-    /// The `gpuslice` CLI of the dist tree, pointed at this arbiter and the simulated node.
-    fn gpuslice(&self) -> Command {
-        let mut c = Command::new(self.dist.join("usr/bin/gpuslice"));
-        c.envs(self.env.iter().cloned());
-        c
-    }
-
-    /// `gpuslice status --json`.
-    fn status(&self) -> Result<serde_json::Value> {
-        let out = self.gpuslice().args(["status", "--json"]).output()?;
-        if !out.status.success() {
-            bail!(
-                "gpuslice status failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(serde_json::from_slice(&out.stdout)?)
-    }
-}
-
-impl Drop for Arbiter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The device index and status row of the slice whose id starts with `prefix` (`run-<pid>-`).
 fn slice_row<'a>(
     status: &'a serde_json::Value,

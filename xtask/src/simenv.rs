@@ -92,3 +92,126 @@ impl Drop for SimNode {
         let _ = std::fs::remove_dir_all(&self.state_dir);
     }
 }
+
+/// The dist tree's `gpuslice-arbiter` on a [`SimNode`] (the demo's and the share benchmark's),
+/// killed on drop. Its log is `<state>/arbiter.log`.
+pub struct Arbiter {
+    child: std::process::Child,
+    /// Its state directory (slice directories, `arbiter.sock`).
+    pub state: PathBuf,
+    dist: PathBuf,
+    /// What points a process at this arbiter and the node.
+    env: Vec<(String, String)>,
+}
+
+impl Arbiter {
+    /// Starts it on `node` with the state directory `<node>/<name>`, the configuration `config`
+    /// (TOML) and `extra` environment for the arbiter alone; returns once its socket answers.
+    pub fn start(
+        node: &SimNode,
+        name: &str,
+        config: &str,
+        extra: &[(&str, String)],
+    ) -> anyhow::Result<Arbiter> {
+        use anyhow::Context as _;
+        let state = node.state_dir.join(name);
+        std::fs::create_dir_all(&state)?;
+        let config_file = node.state_dir.join(format!("{name}.toml"));
+        std::fs::write(&config_file, config)?;
+        let mut env = node.env();
+        env.push(("GPUSLICE_CONFIG".into(), config_file.display().to_string()));
+        env.push(("GPUSLICE_STATE_DIR".into(), state.display().to_string()));
+        let log = std::fs::File::create(state.join("arbiter.log"))?;
+        let child = Command::new(node.dist.join("usr/bin/gpuslice-arbiter"))
+            .envs(env.iter().cloned())
+            .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("GPUSLICE_NVML_LIBRARY", node.nvml_lib())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting gpuslice-arbiter")?;
+        let a = Arbiter {
+            child,
+            state,
+            dist: node.dist.clone(),
+            env,
+        };
+        let t0 = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(a.socket()).is_err() {
+            if t0.elapsed() > std::time::Duration::from_secs(10) {
+                anyhow::bail!("gpuslice-arbiter did not open {}", a.socket().display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(a)
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its control socket.
+    pub fn socket(&self) -> PathBuf {
+        self.state.join("arbiter.sock")
+    }
+
+    /// One request (the members after `"version":1,`); an `error` answer is an error.
+    pub fn req(&self, body: &str) -> anyhow::Result<String> {
+        use std::io::{BufRead as _, Write as _};
+        let mut s = std::os::unix::net::UnixStream::connect(self.socket())?;
+        writeln!(s, "{{\"version\":1,{body}}}")?;
+        let mut line = String::new();
+        std::io::BufReader::new(s).read_line(&mut line)?;
+        if line.contains("\"error\"") {
+            anyhow::bail!("arbiter refused {body}: {line}");
+        }
+        Ok(line)
+    }
+
+    /// Admits `id` with `request` (JSON members); its slice directory.
+    pub fn admit(&self, id: &str, request: &str) -> anyhow::Result<PathBuf> {
+        self.req(&format!(
+            "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request}}}"
+        ))?;
+        Ok(self.state.join(id))
+    }
+
+    /// Releases `id` (an error is ignored: it may be gone already).
+    pub fn release(&self, id: &str) {
+        let _ = self.req(&format!("\"op\":\"release\",\"slice_id\":\"{id}\""));
+    }
+
+    /// Updates `id` with `fields` (JSON members).
+    pub fn update(&self, id: &str, fields: &str) -> anyhow::Result<()> {
+        self.req(&format!("\"op\":\"update\",\"slice_id\":\"{id}\",{fields}"))
+            .map(|_| ())
+    }
+
+    /// The `gpuslice` CLI of the dist tree, pointed at this arbiter and the simulated node.
+    pub fn gpuslice(&self) -> Command {
+        let mut c = Command::new(self.dist.join("usr/bin/gpuslice"));
+        c.envs(self.env.iter().cloned());
+        c
+    }
+
+    /// `gpuslice status --json`.
+    pub fn status(&self) -> anyhow::Result<serde_json::Value> {
+        let out = self.gpuslice().args(["status", "--json"]).output()?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "gpuslice status failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+}
+
+impl Drop for Arbiter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
