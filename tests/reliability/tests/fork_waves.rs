@@ -49,8 +49,12 @@ struct Samples {
     max_total: u64,
     /// Samples whose total was above the sum of promises.
     over: u64,
-    /// Largest sum over processes that are not the honest tenants (the forking slice's).
+    /// Largest sum over processes that are not the honest tenants (the forking slice's), over
+    /// consistent snapshots of the per-process figures.
     max_forking: u64,
+    /// Samples whose per-process figures kept changing between two reads (not judged per
+    /// slice; their device totals are).
+    torn: u64,
     /// Largest single honest tenant.
     max_honest: u64,
     /// The first samples above the sum of promises: (total, honest tenants' sum, the others'
@@ -137,8 +141,27 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
             let mut s = Samples::default();
             while !stop.load(Ordering::Relaxed) {
                 let total = sim.mem_used(0);
+                // The per-process figures are read one process at a time: a free in one and an
+                // allocation in another between the two reads would count the same bytes
+                // twice. A snapshot counts only when a second read finds every figure
+                // unchanged (the device total above is one word, exact by itself).
+                let mut snapshot = None;
+                for _ in 0..8 {
+                    let a = sim.processes(0);
+                    if a == sim.processes(0) {
+                        snapshot = Some(a);
+                        break;
+                    }
+                }
+                let Some(procs) = snapshot else {
+                    s.torn += 1;
+                    s.n += 1;
+                    s.max_total = s.max_total.max(total);
+                    s.over += u64::from(total > promised);
+                    continue;
+                };
                 let (mut forking, mut one_honest, mut honest, mut others) = (0, 0, 0, 0);
-                for p in sim.processes(0) {
+                for p in procs {
                     if honest_pids.contains(&p.pid) {
                         one_honest = one_honest.max(p.used_bytes);
                         honest += p.used_bytes;
@@ -231,9 +254,11 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
         ran.as_secs_f64()
     );
     println!(
-        "ground truth: {} samples, max {} MiB (forking slice's processes {} MiB, one honest \
-         tenant {} MiB), sum of promises {} MiB, {} samples above it",
+        "ground truth: {} samples ({} without a consistent per-process snapshot), max {} MiB \
+         (forking slice's processes {} MiB, one honest tenant {} MiB), sum of promises {} MiB, \
+         {} samples above it",
         s.n,
+        s.torn,
         s.max_total / MIB,
         s.max_forking / MIB,
         s.max_honest / MIB,
@@ -271,6 +296,13 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
         "ground truth above the sum of promises {promised} in {} of {} samples (max {}); first \
          ones (total, honest, forking slice, its processes): {:?}",
         s.over, s.n, s.max_total, s.first_over
+    );
+    // The per-slice bounds are judged on consistent snapshots; most samples must be one.
+    assert!(
+        s.torn * 10 < s.n,
+        "{} of {} samples had no consistent per-process snapshot",
+        s.torn,
+        s.n
     );
     assert!(
         s.max_forking <= CAP + CTX,
