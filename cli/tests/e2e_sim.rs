@@ -28,10 +28,6 @@ impl Node {
             },
         )
     }
-
-    fn status(&self) -> serde_json::Value {
-        self.status_json()
-    }
 }
 
 fn workload() -> String {
@@ -71,7 +67,7 @@ fn run_status_metrics_and_reclaim_on_the_simulated_gpu() {
     let (a, b) = (sat("30"), sat("70"));
     std::thread::sleep(Duration::from_millis(2200));
     let text = n.scrape();
-    let status = n.status();
+    let status = n.status_json();
     let slices = status["devices"][0]["slices"].as_array().unwrap().clone();
     assert_eq!(slices.len(), 2, "{status}");
     let share = |guar: u64| -> f64 {
@@ -98,7 +94,7 @@ fn run_status_metrics_and_reclaim_on_the_simulated_gpu() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     }
     wait_for("run slices released", Duration::from_secs(5), || {
-        n.status()["devices"][0]["slices"]
+        n.status_json()["devices"][0]["slices"]
             .as_array()
             .unwrap()
             .is_empty()
@@ -114,11 +110,11 @@ fn run_status_metrics_and_reclaim_on_the_simulated_gpu() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let used = |n: &Node| n.status()["devices"][0]["slices"][0]["memory_used"].as_u64();
+    let used = |n: &Node| n.status_json()["devices"][0]["slices"][0]["memory_used"].as_u64();
     wait_for("1Gi in use", Duration::from_secs(20), || {
         used(&n) == Some(GI)
     });
-    let procs = n.status()["devices"][0]["slices"][0]["processes"].clone();
+    let procs = n.status_json()["devices"][0]["slices"][0]["processes"].clone();
     assert_eq!(procs.as_array().map(Vec::len), Some(1), "{procs}");
     let victim: i32 = std::fs::read_to_string(n.dir.join("victim"))
         .unwrap()
@@ -217,7 +213,7 @@ fn compute_only_slices_share_what_no_capped_slice_was_promised() {
         .spawn()
         .unwrap();
     let slices = |n: &Node| {
-        n.status()["devices"][0]["slices"]
+        n.status_json()["devices"][0]["slices"]
             .as_array()
             .unwrap()
             .clone()

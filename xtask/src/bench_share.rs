@@ -30,9 +30,8 @@ impl std::ops::Deref for Arbiter {
 }
 
 impl Arbiter {
-    fn start(dist: &Path, node: &SimNode, quantum: &str) -> Result<Arbiter> {
+    fn start(node: &SimNode, quantum: &str) -> Result<Arbiter> {
         Self::start_with(
-            dist,
             node,
             quantum,
             "context_reserve = \"16Mi\"\nprocesses_per_slice = 1",
@@ -40,18 +39,12 @@ impl Arbiter {
     }
 
     /// With `admission` as the body of the `[admission]` table.
-    fn start_with(dist: &Path, node: &SimNode, quantum: &str, admission: &str) -> Result<Arbiter> {
-        Self::start_rt(dist, node, quantum, admission, 0)
+    fn start_with(node: &SimNode, quantum: &str, admission: &str) -> Result<Arbiter> {
+        Self::start_rt(node, quantum, admission, 0)
     }
 
     /// [`Arbiter::start_with`] with `[scheduler] realtime_priority = rt`.
-    fn start_rt(
-        _dist: &Path,
-        node: &SimNode,
-        quantum: &str,
-        admission: &str,
-        rt: u32,
-    ) -> Result<Arbiter> {
+    fn start_rt(node: &SimNode, quantum: &str, admission: &str, rt: u32) -> Result<Arbiter> {
         let status_file = node.state_dir.join("sched-status.json");
         let config = format!(
             "[admission]\n{admission}\n[metrics]\nenabled = false\n[scheduler]\n\
@@ -382,7 +375,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for &engine in &opts.engines {
         let node = SimNode::with_engine(&dist, DEVICES, engine)?;
         let sim = open_sim(&node)?;
-        let arb = Arbiter::start(&dist, &node, "5ms")?;
+        let arb = Arbiter::start(&node, "5ms")?;
         nodes.push((engine, node, sim, arb));
     }
     let ctxs: Vec<Ctx> = nodes
@@ -827,7 +820,7 @@ fn sweep(dist: &Path, node: &SimNode, sim: &Node, engine: &str) -> Result<()> {
         "quantum", "A", "B", "device", "load"
     );
     for q in ["2ms", "5ms", "10ms"] {
-        let arb = Arbiter::start(dist, node, q)?;
+        let arb = Arbiter::start(node, q)?;
         let da = arb.admit("a", "\"compute\":30,\"memory\":\"1Gi\"")?;
         let db = arb.admit("b", "\"compute\":70,\"memory\":\"1Gi\"")?;
         let kids = vec![
@@ -1224,7 +1217,6 @@ fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()>
     let sim = open_sim(&node)?;
     // Admission reserves the contexts the processes really hold (300 MiB each, 4 per slice).
     let arb = Arbiter::start_rt(
-        dist,
         &node,
         "5ms",
         "context_reserve = \"300Mi\"\nprocesses_per_slice = 4",

@@ -156,11 +156,11 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
                         break;
                     }
                 }
+                s.n += 1;
+                s.max_total = s.max_total.max(total);
+                s.over += u64::from(total > promised);
                 let Some(procs) = snapshot else {
                     s.torn += 1;
-                    s.n += 1;
-                    s.max_total = s.max_total.max(total);
-                    s.over += u64::from(total > promised);
                     continue;
                 };
                 let (mut forking, mut one_honest, mut honest, mut others) = (0, 0, 0, 0);
@@ -176,9 +176,6 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
                 if total > promised && s.first_over.len() < 10 {
                     s.first_over.push((total, honest, forking, others));
                 }
-                s.n += 1;
-                s.max_total = s.max_total.max(total);
-                s.over += u64::from(total > promised);
                 s.max_forking = s.max_forking.max(forking);
                 s.max_honest = s.max_honest.max(one_honest);
                 std::thread::sleep(Duration::from_millis(2));

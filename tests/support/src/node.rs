@@ -255,11 +255,6 @@ impl SimNode {
         s.read_to_string(&mut out).expect("metrics");
         out
     }
-
-    /// Path of a file of the profile directory.
-    pub fn built(name: &str) -> PathBuf {
-        profile_dir().join(name)
-    }
 }
 
 impl Drop for SimNode {
