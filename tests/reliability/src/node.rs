@@ -224,33 +224,7 @@ impl Node {
     /// start time, bytes reserved on device 0, operations in flight on device 0), plus the raw
     /// total word of device 0 — for failure messages.
     pub fn usage_dump(&self, id: &str) -> String {
-        let Ok(b) = std::fs::read(self.state.join(id).join("usage")) else {
-            return "unreadable".into();
-        };
-        let u64_at = |o: usize| {
-            b.get(o..o + 8)
-                .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
-        };
-        let u32_at = |o: usize| {
-            b.get(o..o + 4)
-                .map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
-        };
-        let mut out = format!("total word {:#x}; records:", u64_at(64));
-        for r in 0..gpuslice_region::MAX_PROCS {
-            let o = 64 + 16 * 64 + r * 208;
-            let st = u64_at(o);
-            if st & 0xff != 0 {
-                out += &format!(
-                    " [{r}: state {} pid {} start {} reserved {} inflight {}]",
-                    st & 0xff,
-                    st >> 32,
-                    u64_at(o + 8),
-                    u64_at(o + 16),
-                    u32_at(o + 16 + 16 * 8)
-                );
-            }
-        }
-        out
+        usage_dump_at(&self.state.join(id))
     }
 
     /// A second handle on the simulator's state, for a sampler thread of the trial.
@@ -311,4 +285,35 @@ pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Durati
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// [`Node::usage_dump`] of the slice directory `dir` (usable from a sampler thread).
+pub fn usage_dump_at(dir: &std::path::Path) -> String {
+    let Ok(b) = std::fs::read(dir.join("usage")) else {
+        return "unreadable".into();
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+    };
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+    };
+    let mut out = format!("total word {:#x}; records:", u64_at(64));
+    for r in 0..gpuslice_region::MAX_PROCS {
+        let o = 64 + 16 * 64 + r * 208;
+        let st = u64_at(o);
+        if st & 0xff != 0 {
+            out += &format!(
+                " [{r}: state {} pid {} start {} reserved {} inflight {}]",
+                st & 0xff,
+                st >> 32,
+                u64_at(o + 8),
+                u64_at(o + 16),
+                u32_at(o + 16 + 16 * 8)
+            );
+        }
+    }
+    out
 }

@@ -29,7 +29,7 @@
 //! lives on N ms in another thread (the second test does this with 50 ms).
 
 use gpuslice_region::LimitsWriter;
-use gpuslice_reliability::node::{profile_dir, wait_until, NodeConfig};
+use gpuslice_reliability::node::{profile_dir, usage_dump_at, wait_until, NodeConfig};
 use gpuslice_reliability::{field, seed, Node, Tenant};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +60,37 @@ struct Samples {
     /// The first samples above the sum of promises: (total, honest tenants' sum, the others'
     /// sum, their processes), read just after the total.
     first_over: Vec<(u64, u64, u64, usize)>,
+    /// At the first sample above the sum of promises: every process the simulator counts
+    /// (pid, bytes, `/proc` state and thread count) and the forking slice's `usage` records.
+    first_detail: Option<String>,
+}
+
+/// What the simulator counts per process, with `/proc`'s view of each, and the forking slice's
+/// records: read as soon as a sample is above the promises, to show which process holds memory
+/// no record charges.
+fn detail(sim: &gpuslice_sim_core::Node, forking_dir: &std::path::Path) -> String {
+    let procs: Vec<String> = sim
+        .processes(0)
+        .iter()
+        .map(|p| {
+            let st = gpuslice_region::liveness::stat_of(p.pid).ok().flatten();
+            format!(
+                "{}:{}MiB:{}",
+                p.pid,
+                p.used_bytes / MIB,
+                st.map_or("gone".to_string(), |s| format!(
+                    "{}/{}t",
+                    char::from(s.state),
+                    s.threads
+                ))
+            )
+        })
+        .collect();
+    format!(
+        "simulator processes {}; forking slice {}",
+        procs.join(" "),
+        usage_dump_at(forking_dir)
+    )
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -83,9 +114,6 @@ fn forking_slice_cannot_take_its_neighbours_memory() {
 /// its 2.3 GiB promise (2 516 of 4 062 samples above the promises); they must stay until the
 /// process is gone.
 #[test]
-#[ignore = "fails at random: 1 of 5 runs after the zombie fix (9d167c2) had one sample of 4 247 \
-            above the promises (+356 MiB, one context), cause not established \
-            (docs/reliability.md, finding 9)"]
 fn an_exiting_process_keeps_its_charge_until_it_is_gone() {
     trial("fork-exiting", 10.0, 0, 50);
 }
@@ -140,6 +168,7 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
     let sampler = {
         let sim = n.sim_reader().expect("simulator");
         let stop = stop.clone();
+        let forking_dir = n.state.join(FORKING);
         std::thread::spawn(move || {
             let mut s = Samples::default();
             while !stop.load(Ordering::Relaxed) {
@@ -175,6 +204,9 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
                 }
                 if total > promised && s.first_over.len() < 10 {
                     s.first_over.push((total, honest, forking, others));
+                }
+                if total > promised && s.first_detail.is_none() {
+                    s.first_detail = Some(detail(&sim, &forking_dir));
                 }
                 s.max_forking = s.max_forking.max(forking);
                 s.max_honest = s.max_honest.max(one_honest);
@@ -256,14 +288,17 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
     println!(
         "ground truth: {} samples ({} without a consistent per-process snapshot), max {} MiB \
          (forking slice's processes {} MiB, one honest tenant {} MiB), sum of promises {} MiB, \
-         {} samples above it",
+         {} samples above it{}",
         s.n,
         s.torn,
         s.max_total / MIB,
         s.max_forking / MIB,
         s.max_honest / MIB,
         promised / MIB,
-        s.over
+        s.over,
+        s.first_detail
+            .as_deref()
+            .map_or(String::new(), |d| format!("; at the first: {d}"))
     );
     for (id, (k, lo, hi, bad)) in &rounds {
         println!(

@@ -11,8 +11,9 @@ use crate::config::MAX_DEVICES;
 
 /// `GPUSLSIM` in ASCII.
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
-/// Bumped whenever this layout changes.
-pub const VERSION: u64 = 4;
+/// Bumped whenever this layout changes, or the meaning of the lock bytes beyond it (version 5:
+/// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`).
+pub const VERSION: u64 = 5;
 
 /// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version
 /// 1 had 256). A real driver has no such table; the limit is the simulator's.

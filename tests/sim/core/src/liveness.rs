@@ -9,7 +9,13 @@
 //! dead because a pid means something else in its own `/proc`.
 //!
 //! Judging is kernel-arbitrated: whoever takes a slot's byte lock (a claimant or a reaper) is the
-//! only one touching that slot's identity until it lets go, so no table lock is needed. The
+//! only one touching that slot's identity until it lets go, so no table lock is needed.
+//!
+//! The owner also holds a second byte, at [`OWNER_BASE`]` + slot`, that nobody else ever takes.
+//! A reaper holds the first byte while it releases a dead owner's holdings, and may be
+//! descheduled there for milliseconds; the second byte still says the owner is gone, so what
+//! the simulated driver reports (memory in use, processes) leaves a dead owner out from the
+//! moment its descriptors close, as the real driver does, not from when a reaper gets to it. The
 //! description is `O_CLOEXEC` (an exec'd program has no slot) and a forked child opens its own on
 //! first use and closes the inherited one, so a parent's slot stays alive while any descendant
 //! that never used the simulator still holds the parent's descriptor, as device files do.
@@ -29,13 +35,17 @@ use std::sync::Mutex;
 /// so it never overlaps anything else that locks the file.
 pub const LOCK_BASE: i64 = 1 << 40;
 
-/// A `struct flock` naming `slot`'s lock byte. `l_pid` stays 0, as OFD commands require.
-fn lock_op(ty: libc::c_int, slot: usize) -> libc::flock {
+/// Byte offset of slot 0's owner byte: held by the slot's owner for its whole life and taken by
+/// nobody else, so it is free exactly when the owner's descriptors have closed.
+pub const OWNER_BASE: i64 = 1 << 41;
+
+/// A `struct flock` naming the byte at `off`. `l_pid` stays 0, as OFD commands require.
+fn lock_op(ty: libc::c_int, off: i64) -> libc::flock {
     // SAFETY: `flock` is plain data; all-zero is a valid value for every field.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = ty as libc::c_short;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = LOCK_BASE + slot as i64;
+    fl.l_start = off;
     fl.l_len = 1;
     fl
 }
@@ -79,7 +89,24 @@ impl LockFile {
     /// Takes the write lock on `slot`'s byte without waiting. `Ok(false)`: another description
     /// holds it (the owner is alive, or someone else is claiming or reaping the slot).
     pub fn try_lock(&self, slot: usize) -> std::io::Result<bool> {
-        let mut fl = lock_op(libc::F_WRLCK, slot);
+        self.try_lock_at(LOCK_BASE + slot as i64)
+    }
+
+    /// Takes `slot`'s owner byte (the claimant that now owns the slot; held until exit).
+    /// `Ok(false)`: another description holds it (another copy of the simulator in this
+    /// process owns the slot already).
+    pub fn hold_owner(&self, slot: usize) -> std::io::Result<bool> {
+        self.try_lock_at(OWNER_BASE + slot as i64)
+    }
+
+    /// Whether another description holds `slot`'s owner byte: the owner's descriptors are
+    /// still open. An error reads as held.
+    pub fn owner_held_by_other(&self, slot: usize) -> bool {
+        self.held_by_other_at(OWNER_BASE + slot as i64)
+    }
+
+    fn try_lock_at(&self, off: i64) -> std::io::Result<bool> {
+        let mut fl = lock_op(libc::F_WRLCK, off);
         match fcntl_lock(self.fd(), libc::F_OFD_SETLK, &mut fl) {
             Ok(()) => Ok(true),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
@@ -91,14 +118,18 @@ impl LockFile {
 
     /// Drops this description's lock on `slot`'s byte.
     pub fn unlock(&self, slot: usize) {
-        let mut fl = lock_op(libc::F_UNLCK, slot);
+        let mut fl = lock_op(libc::F_UNLCK, LOCK_BASE + slot as i64);
         let _ = fcntl_lock(self.fd(), libc::F_OFD_SETLK, &mut fl);
     }
 
     /// Whether another description holds `slot`'s byte (this description's own locks never
     /// count). An error reads as held: a slot is never reaped on a failed check.
     pub fn held_by_other(&self, slot: usize) -> bool {
-        let mut fl = lock_op(libc::F_WRLCK, slot);
+        self.held_by_other_at(LOCK_BASE + slot as i64)
+    }
+
+    fn held_by_other_at(&self, off: i64) -> bool {
+        let mut fl = lock_op(libc::F_WRLCK, off);
         match fcntl_lock(self.fd(), libc::F_OFD_GETLK, &mut fl) {
             Ok(()) => i32::from(fl.l_type) != libc::F_UNLCK,
             Err(_) => true,

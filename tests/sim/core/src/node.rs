@@ -269,6 +269,7 @@ impl Node {
         for (s, p) in self.tagged_slots() {
             if p == pid && self.owner_of(s, p) == me {
                 let _ = lock.try_lock(s);
+                let _ = lock.hold_owner(s);
                 let gen = self.shm.u64(L::slot(s, L::S_GEN)).load(Ordering::Acquire);
                 return Ok((s, gen));
             }
@@ -299,6 +300,14 @@ impl Node {
             self.shm
                 .u64(L::slot(s, L::S_PIDNS))
                 .store(pid_ns, Ordering::Relaxed);
+            // Only after the dead owner's holdings are gone: until then its byte stays free,
+            // so readers leave those holdings out (see `owner_alive`).
+            lock.hold_owner(s).map_err(|e| {
+                SimError::State(format!(
+                    "{}: owner lock: {e}",
+                    self.cfg.state_path.display()
+                ))
+            })?;
             self.shm
                 .u64(L::slot(s, L::S_TAG))
                 .store(Self::tag_of(pid), Ordering::Release);
@@ -379,6 +388,32 @@ impl Node {
             Ok((lock, _)) => lock.held_by_other(s),
             Err(_) => true,
         }
+    }
+
+    /// Whether slot `s`'s owner still has its descriptors open (it is ours, or another
+    /// description holds its owner byte). Unlike [`Node::slot_alive`] this never mistakes a
+    /// reaper or claimant working on a dead owner's slot for the owner: it is what the driver
+    /// reports from. A reaper's lock byte still decides who may touch the slot.
+    fn owner_alive(&self, s: usize) -> bool {
+        match self.claim() {
+            Ok((_, Some((mine, _)))) if mine == s => true,
+            Ok((lock, _)) => lock.owner_held_by_other(s),
+            Err(_) => true,
+        }
+    }
+
+    /// Bytes on device index `d` that slots of owners already gone still hold, not yet
+    /// released by a reaper (one may be working on them, or descheduled halfway).
+    fn held_by_gone(&self, d: usize) -> u64 {
+        self.tagged_slots()
+            .into_iter()
+            .filter(|&(s, _)| !self.owner_alive(s))
+            .map(|(s, _)| {
+                self.shm
+                    .u64(L::sdev(s, d, L::SD_USED))
+                    .load(Ordering::Acquire)
+            })
+            .fold(0, u64::saturating_add)
     }
 
     /// The owner word naming the calling process in a [`RobustLock`]: its slot and that slot's
@@ -477,11 +512,27 @@ impl Node {
         self.device(dev).map(|d| d.total_mem).unwrap_or(0)
     }
 
-    /// Bytes in use on `dev` by all live processes, context overheads included.
+    /// Bytes in use on `dev` by all live processes, context overheads included. A process
+    /// whose descriptors have closed holds nothing, as with the driver, even while a reaper is
+    /// still releasing its slot. (A reaper descheduled between zeroing the slot's figure and
+    /// subtracting it from the device's can make this read high for that moment, never low.)
     pub fn mem_used(&self, dev: u32) -> u64 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
         self.reap_dead();
-        self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire)
+        // What gone owners hold, read before and after the device's figure: a reaper that
+        // finished in between moved bytes out of both, so read again.
+        let mut gone = self.held_by_gone(d);
+        for _ in 0..8 {
+            let used = self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire);
+            let again = self.held_by_gone(d);
+            if again == gone {
+                return used.saturating_sub(gone);
+            }
+            gone = again;
+        }
+        // Still moving: the higher figure (a reaper counted on both sides).
+        let used = self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire);
+        used.saturating_sub(gone.min(self.held_by_gone(d)))
     }
 
     /// Bytes charged to the calling process on `dev`.
@@ -578,6 +629,7 @@ impl Node {
         self.reap_dead();
         self.visible_slots()
             .into_iter()
+            .filter(|&(s, _)| self.owner_alive(s))
             .filter_map(|(s, pid)| {
                 let used = self
                     .shm

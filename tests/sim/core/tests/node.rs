@@ -4,7 +4,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{env_for, open, small_env, ChildProc};
+use common::{config, env_for, open, small_env, ChildProc};
+use gpuslice_sim_core::liveness::LockFile;
 use gpuslice_sim_core::{now_ns, sleep_until, Node, SimError};
 
 const GI: u64 = 1 << 30;
@@ -128,6 +129,43 @@ fn sigkilled_process_memory_is_reclaimed() {
         .expect("dead process's memory reclaimed");
     assert_eq!(node.mem_used(0), 600 * MI);
     assert!(node.processes(0).iter().all(|p| p.pid != pid));
+}
+
+/// A reaper (or a process claiming the slot) holds a dead owner's slot byte while it releases
+/// the slot, and can be descheduled there for milliseconds. The driver freed that process's
+/// memory when its descriptors closed: what the simulator reports must not wait for the reaper.
+#[test]
+fn a_dead_process_is_not_counted_while_a_reaper_holds_its_slot() {
+    let env = small_env("stuck-reaper");
+    let node = open(&env);
+    let mut kid = ChildProc::spawn(&env, "hold", &[("BYTES", (512 * MI).to_string())]);
+    assert!(kid.line().starts_with("ready "));
+    let pid = kid.pid();
+    // The child took the first slot: nobody else has used this node yet.
+    let reaper = LockFile::open(&config(&env).state_path).expect("lock description");
+    assert!(reaper.held_by_other(0), "the child owns slot 0");
+    kid.kill9();
+    assert!(
+        reaper.try_lock(0).expect("lock"),
+        "the dead child's byte is free"
+    );
+    // Descheduled halfway: the slot still holds the child's figures.
+    assert_eq!(
+        node.reap_dead(),
+        0,
+        "the slot is ours to reap, nobody else's"
+    );
+    assert_eq!(node.mem_used(0), 0, "a gone process's memory counted");
+    assert!(
+        node.processes(0).iter().all(|p| p.pid != pid),
+        "a gone process listed: {:?}",
+        node.processes(0)
+    );
+    // The reaper goes away without finishing; the next one does.
+    drop(reaper);
+    assert_eq!(node.reap_dead(), 1);
+    assert_eq!(node.mem_used(0), 0);
+    node.mem_alloc(0, 600 * MI).expect("the memory is free");
 }
 
 #[test]
