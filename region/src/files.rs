@@ -13,7 +13,7 @@ use crate::liveness::ProcEnv;
 use crate::map::Mapping;
 use crate::protocol::{self, Ledger, Liveness, RecomputeError, ReserveError};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// What the arbiter (or standalone mode) puts into `limits` for one device.
@@ -445,6 +445,19 @@ impl Ledger for Usage {
     }
     fn records(&self) -> usize {
         MAX_PROCS
+    }
+    fn in_use(&self) -> usize {
+        // Tenant-written: garbage can only widen the search (0 or too large: every record) or
+        // hide the slice's own dead records from it (its own charges stay: self-harm only).
+        match usize::try_from(self.map.get().header.records_in_use.load(Acquire)) {
+            Ok(n) if n > 0 => n.min(MAX_PROCS),
+            _ => MAX_PROCS,
+        }
+    }
+    fn note_claim(&self, rec: usize) {
+        if let Ok(n) = u32::try_from(rec.saturating_add(1)) {
+            self.map.get().header.records_in_use.fetch_max(n, AcqRel);
+        }
     }
     fn total(&self, dev: usize) -> &AtomicU64 {
         &self.map.get().devices[dev].total

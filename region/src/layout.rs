@@ -54,8 +54,10 @@ pub struct FileHeader {
     pub file_size: AtomicU64,
     /// [`MAX_PROCS`] for the usage file, 0 otherwise.
     pub records: AtomicU32,
-    /// Reserved, zero.
-    pub reserved0: AtomicU32,
+    /// Usage file: one past the highest record ever claimed (0 = not kept: every record may be
+    /// in use). Only bounds the search for dead records; tenant-written, so never trusted for
+    /// anything a neighbour depends on. Zero in the other files.
+    pub records_in_use: AtomicU32,
     /// Reserved, zero.
     pub reserved: [AtomicU64; 3],
 }

@@ -37,6 +37,14 @@ pub trait Ledger {
     fn devices(&self) -> usize;
     /// Number of process records.
     fn records(&self) -> usize;
+    /// Records that may be in use: none at or beyond this was ever claimed (≤ `records()`).
+    fn in_use(&self) -> usize {
+        self.records()
+    }
+    /// Record `rec` is about to be claimed: [`Ledger::in_use`] must cover it from now on.
+    fn note_claim(&self, rec: usize) {
+        let _ = rec;
+    }
     /// Per-device total word (`dev < devices()`).
     fn total(&self, dev: usize) -> &Self::W64;
     /// Record state word (`rec < records()`).
@@ -133,6 +141,8 @@ pub fn claim<L: Ledger>(l: &L, pid: u32, start: u64) -> Option<usize> {
         if st.get(Relaxed) != REC_FREE {
             continue;
         }
+        // Before the claim, so a record that lives (and may die) is always searched.
+        l.note_claim(rec);
         if st
             .cas(REC_FREE, rec_state(REC_CLAIMING, pid), SeqCst)
             .is_err()
@@ -334,7 +344,7 @@ pub fn recompute<L: Ledger, E: Env>(
 /// Returns the number of records freed.
 pub fn reclaim<L: Ledger, E: Env>(l: &L, e: &E, me: usize) -> Result<usize, RecomputeError> {
     let mut dead: Vec<(usize, u32)> = Vec::new();
-    for rec in 0..l.records() {
+    for rec in 0..l.in_use().min(l.records()) {
         let word = l.state(rec).get(SeqCst);
         let (st, pid) = rec_unpack(word);
         match st {

@@ -232,6 +232,41 @@ fn sigkilled_processes_are_reclaimed() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// The search for dead records stops at one past the highest record ever claimed (so a capped
+/// `cuMemGetInfo`, which reclaims before it reports, does not read all 1 024 records), and a
+/// tenant that writes garbage there cannot make it skip a record ever claimed: 0 or anything
+/// too large means every record.
+#[test]
+fn the_dead_record_search_covers_every_claimed_record() {
+    use std::os::unix::fs::FileExt;
+    let d = tmpdir("in-use");
+    create_slice(&d, &spec(100 * MIB, 1), false).unwrap();
+    let s = Slice::open(&d).unwrap();
+    assert_eq!(s.usage.in_use(), MAX_PROCS, "a new file keeps no mark");
+    let (pid, start) = me();
+    let r = s.usage.claim(pid, start).unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("usage"))
+        .unwrap();
+    // Offset 36 of the header: `records_in_use`.
+    for garbage in [None, Some(0u32), Some(u32::MAX)] {
+        let dead = s.usage.claim(gone_pid, 1).unwrap();
+        s.reserve(dead, 0, 5 * MIB).unwrap();
+        assert_eq!(s.usage.in_use(), r.max(dead) + 1);
+        if let Some(g) = garbage {
+            file.write_all_at(&g.to_le_bytes(), 36).unwrap();
+            assert_eq!(s.usage.in_use(), MAX_PROCS, "garbage {g:#x}");
+        }
+        assert_eq!(s.usage.reclaim(r).unwrap(), 1, "garbage {garbage:?}");
+        assert_eq!(s.usage.used(0), 0, "garbage {garbage:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn processes_racing_never_exceed_the_cap() {
     let d = tmpdir("race");
