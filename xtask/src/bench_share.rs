@@ -393,9 +393,12 @@ pub fn run(args: &[String]) -> Result<()> {
         args.join(" ")
     );
     println!("achieved share = engine time of the tenant (simulator ground truth) / wall time");
+    // Every process of the run inherits the simulator's settings from this environment.
+    let slice_us = std::env::var("GPUSLICE_SIM_TIMESLICE_US").unwrap_or_else(|_| "2000".into());
     println!(
-        "engine = the simulator's model: timeslice (preemptive 2 ms slices between contexts, \
-         as the GPU driver does) or kernel (whole kernels in turn)"
+        "engine = the simulator's model: timeslice (preemptive {slice_us} µs slices between \
+         contexts, as the GPU driver does; GPUSLICE_SIM_TIMESLICE_US) or kernel (whole kernels \
+         in turn)"
     );
     println!("load = the host's 1-minute load average when the run ended\n");
 

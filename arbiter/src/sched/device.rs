@@ -122,7 +122,8 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
         last_publish: 0,
         high_present: false,
         active_until: 0,
-        draining: None,
+        draining: Vec::new(),
+        drain_floor: 0,
         watchers: Vec::new(),
     };
     lp.main();
@@ -137,6 +138,8 @@ struct Drain {
     deadline: u64,
     /// When the slice was down to its last kernel and the lease was handed on (early).
     near_at: Option<u64>,
+    /// When the loop saw it reported (or timed out: the flag), before it was charged.
+    over: Option<(u64, bool)>,
 }
 
 /// A helper thread that waits on the demand words the loop's own `futex_waitv` cannot hold
@@ -170,7 +173,11 @@ struct Loop {
     high_present: bool,
     /// Keep republishing status until the 10 s window has forgotten the last lease.
     active_until: u64,
-    draining: Option<Drain>,
+    /// Revoked slices' drains not charged yet, in the order they began. More than one only
+    /// when a high-priority slice was let in while an earlier drain still ran.
+    draining: Vec<Drain>,
+    /// Report of the last drain charged: a drain that began before it is charged from there.
+    drain_floor: u64,
     watchers: Vec<Watcher>,
 }
 
@@ -207,8 +214,8 @@ impl Loop {
                     continue;
                 }
                 Decision::Preempt => {
-                    // Finish any earlier drain first (bounded), then let the high-priority
-                    // slice in at once; this holder's overrun is charged when it reports.
+                    // Let the high-priority slice in at once, without waiting for this
+                    // holder's drain or an earlier one; each is charged when it reports.
                     self.hand_on_now();
                     continue;
                 }
@@ -231,12 +238,11 @@ impl Loop {
             if self.policy.holder().is_none() && self.last_publish < self.active_until {
                 self.publish(now, now.saturating_sub(self.last_publish) >= 400_000_000);
             }
-            let wake_at = match (&self.draining, wake_at) {
-                (Some(_), w) => {
-                    let p = futex::now_ns() + 2_000_000;
-                    Some(w.map_or(p, |w| w.min(p)))
-                }
-                (None, w) => w,
+            let wake_at = if self.draining.is_empty() {
+                wake_at
+            } else {
+                let p = futex::now_ns() + 2_000_000;
+                Some(wake_at.map_or(p, |w| w.min(p)))
             };
             self.sleep(wake_at);
         }
@@ -302,7 +308,7 @@ impl Loop {
                         if self.policy.holder() == Some(i) {
                             self.revoke_holder();
                         }
-                        if self.draining.as_ref().is_some_and(|d| d.id == id) {
+                        if self.draining.iter().any(|d| d.id == id) {
                             self.check_drain(true);
                         }
                         self.stop_watchers();
@@ -335,7 +341,7 @@ impl Loop {
             let bound = if !shared {
                 0
             } else if self.high_present && !s.params.high {
-                HIGH_NEIGHBOUR_QUEUE
+                high_neighbour_queue()
             } else {
                 SHARED_QUEUE
             };
@@ -397,16 +403,33 @@ impl Loop {
         self.active_until = now + 11_000_000_000;
     }
 
-    /// Finishes any earlier drain (bounded), revokes the holder and lets the next slice be
-    /// granted at once: the holder's drain goes on in the background and is charged to it up
-    /// to its report, the next holder from there on ([`Policy::preempted`]).
+    /// Finishes any earlier drain (bounded; not while a high-priority slice waits), revokes
+    /// the holder and lets the next slice be granted at once: the holder's drain goes on in
+    /// the background and is charged to it up to its report, the next holder from there on
+    /// ([`Policy::preempted`]).
     fn hand_on_now(&mut self) {
         self.check_drain(true);
         if let Some(d) = self.revoke_start() {
-            self.policy.preempted(d.start);
-            self.free_since = Some(d.start);
-            self.draining = Some(d);
+            self.background(d, None);
         }
+    }
+
+    /// Leaves drain `d` of the holder to finish in the background (charged when reported) so
+    /// that the next slice can be granted now; `free_at`: when the device was handed on (the
+    /// drain's start by default), for the hand-off latency.
+    fn background(&mut self, d: Drain, free_at: Option<u64>) {
+        self.policy.preempted(d.start);
+        self.free_since = Some(free_at.unwrap_or(d.start));
+        self.draining.push(d);
+    }
+
+    /// Whether a high-priority slice waits to be let in (observed afresh): a drain wait gives
+    /// way to it. Before, the loop waited out a 100 ms graph or a 50 ms kernel of the revoked
+    /// holder first and a bursty high-priority slice beside such tenants had a p99 of 90 ms.
+    fn high_waits(&mut self) -> bool {
+        let now = futex::now_ns();
+        self.observe(now);
+        self.policy.high_waits(now)
     }
 
     /// Clears the holder's `HELD`, wakes its gate threads; the drain to wait for.
@@ -431,6 +454,7 @@ impl Loop {
                     .policy
                     .drain_bound(h, drain_timeout(self.policy.quantum())),
             near_at: None,
+            over: None,
         })
     }
 
@@ -465,30 +489,38 @@ impl Loop {
         (n >> 32) as u32 == d.grant && n as u32 == 0
     }
 
-    /// Charges a finished background drain; with `wait`, waits for it (bounded) first.
+    /// Charges the background drains reported so far, in the order they began, each up to its
+    /// report from its start or the previous drain's report, whichever is later (a drain that
+    /// began while an earlier one ran shared the device with it: the overlap is charged once,
+    /// to the earlier one). With `wait`, waits (bounded) for all of them first, unless a
+    /// high-priority slice waits to be let in.
     fn check_drain(&mut self, wait: bool) {
-        let Some(d) = self.draining.take() else {
-            return;
-        };
         loop {
             let now = futex::now_ns();
-            match self.drain_over(&d, now) {
-                Some(timed_out) => {
-                    // A slice removed meanwhile is charged nothing, but the deferred holder's
-                    // charging still starts now.
-                    let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
-                    self.policy.record_drain(i, now.saturating_sub(d.start));
-                    if let Some(n) = d.near_at {
-                        self.policy.record_last_kernel(i, now.saturating_sub(n));
-                    }
-                    self.policy.overrun(i, d.start, now, timed_out);
-                    return;
+            for k in 0..self.draining.len() {
+                if self.draining[k].over.is_none() {
+                    self.draining[k].over =
+                        self.drain_over(&self.draining[k], now).map(|t| (now, t));
                 }
-                None if !wait => {
-                    self.draining = Some(d);
-                    return;
+            }
+            while let Some((at, timed_out)) = self.draining.first().and_then(|d| d.over) {
+                let d = self.draining.remove(0);
+                // A slice removed meanwhile is charged nothing, but the deferred holder's
+                // charging still starts now.
+                let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
+                self.policy.record_drain(i, at.saturating_sub(d.start));
+                if let Some(n) = d.near_at {
+                    self.policy.record_last_kernel(i, at.saturating_sub(n));
                 }
-                None => self.wait_pending(&d, now),
+                let from = d.start.max(self.drain_floor);
+                self.policy.overrun(i, from, at.max(from), timed_out);
+                self.drain_floor = self.drain_floor.max(at);
+            }
+            if self.draining.is_empty() || !wait || self.high_waits() {
+                return;
+            }
+            if let Some(d) = self.draining.first() {
+                self.wait_pending(d, now);
             }
         }
     }
@@ -499,15 +531,26 @@ impl Loop {
         };
         let rt = &self.rt[i];
         if let Some((_, a)) = rt.usage.sched_futexes(rt.entry) {
-            let cur = rt.usage.sched_sample(rt.entry).pending as u32;
-            // SAFETY: `a` points into the usage mapping `rt` keeps alive during the wait.
-            unsafe {
-                futex::wait_shared(
-                    a,
-                    cur,
-                    Duration::from_nanos(d.deadline.saturating_sub(now).min(2_000_000)),
-                )
-            };
+            let mut words = vec![WaitWord {
+                addr: a,
+                val: rt.usage.sched_sample(rt.entry).pending as u32,
+                private: false,
+            }];
+            // A high-priority slice starting to wait ends the wait too ([`Loop::high_waits`]).
+            for (s, other) in self.policy.slices().iter().zip(&self.rt) {
+                if s.params.high && s.id != d.id {
+                    if let Some((demand, _)) = other.usage.sched_futexes(other.entry) {
+                        words.push(WaitWord {
+                            addr: demand,
+                            val: other.usage.sched_sample(other.entry).demand,
+                            private: false,
+                        });
+                    }
+                }
+            }
+            let deadline = now + d.deadline.saturating_sub(now).min(2_000_000);
+            // The words live in usage mappings `self.rt` keeps alive during the wait.
+            futex::wait_any(&words, Some(deadline));
         }
         // A tenant that keeps changing its (tenant-writable) `pending` word without finishing
         // its drain would make every wait return at once: the loop would spin until the drain's
@@ -543,6 +586,13 @@ impl Loop {
         let Some(mut d) = self.revoke_start() else {
             return;
         };
+        if !self.draining.is_empty() {
+            // An earlier drain is still outstanding (a high-priority slice waits and was not
+            // kept waiting for it): this holder was granted behind it, and its own drain
+            // follows it in the background.
+            self.background(d, None);
+            return;
+        }
         if !progressed {
             d.deadline = d.start;
         }
@@ -557,9 +607,7 @@ impl Loop {
                     // is charged all of it and its bound halves as before).
                     d.deadline = d.start + 4 * d.deadline.saturating_sub(d.start);
                     if self.drain_over(&d, now).is_none() {
-                        self.policy.preempted(d.start);
-                        self.free_since = Some(now);
-                        self.draining = Some(d);
+                        self.background(d, Some(now));
                         return;
                     }
                 }
@@ -567,9 +615,13 @@ impl Loop {
             }
             if early && self.drain_near(&d) {
                 d.near_at = Some(now);
-                self.policy.preempted(d.start);
-                self.free_since = Some(now);
-                self.draining = Some(d);
+                self.background(d, Some(now));
+                return;
+            }
+            if progressed && self.high_waits() {
+                // A high-priority slice is let in while this drain (a long launch, say)
+                // finishes in the background, charged to this slice up to its report.
+                self.background(d, Some(now));
                 return;
             }
             self.wait_pending(&d, now);
@@ -642,7 +694,7 @@ impl Loop {
         }
         // A background drain's report wakes the loop at once (the next holder's charging
         // starts then).
-        if let Some(d) = &self.draining {
+        for d in self.draining.iter().filter(|d| d.over.is_none()) {
             if let Some(rt) = self.policy.index(&d.id).map(|i| &self.rt[i]) {
                 if let Some((_, pending)) = rt.usage.sched_futexes(rt.entry) {
                     words.insert(
@@ -740,6 +792,20 @@ impl Loop {
 fn early_handoff() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").map_or(true, |v| v != "0"))
+}
+
+/// The queue bound beside a high-priority slice: [`HIGH_NEIGHBOUR_QUEUE`] unless
+/// `GPUSLICE_SCHED_HIGH_NEIGHBOUR_QUEUE=N` (1–64) in the arbiter's environment says otherwise (a
+/// benchmark switch, to measure the latency/utilisation trade-off; see `docs/scheduling.md`).
+fn high_neighbour_queue() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("GPUSLICE_SCHED_HIGH_NEIGHBOUR_QUEUE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (1..=SHARED_QUEUE).contains(n))
+            .unwrap_or(HIGH_NEIGHBOUR_QUEUE)
+    })
 }
 
 /// 99th percentile of `v` (0 when empty).

@@ -175,8 +175,9 @@ pub struct Policy {
     vclock: f64,
     last_obs: u64,
     last_holder: Option<usize>,
-    /// A preempted holder's drain is outstanding: the next grant is deferred (see `Holder`).
-    overlap_open: bool,
+    /// Drains of revoked holders still outstanding ([`Policy::preempted`]): while any is, the
+    /// next grant is deferred (see `Holder`).
+    overlap_open: u32,
     /// Grants to a slice other than the previous holder.
     pub handoffs: u64,
     /// The last [`Decision::Revoke`] was for an idle (quiet) holder ([`Policy::revoke_was_quiet`]).
@@ -195,7 +196,7 @@ impl Policy {
             vclock: 0.0,
             last_obs: 0,
             last_holder: None,
-            overlap_open: false,
+            overlap_open: 0,
             handoffs: 0,
             quiet_revoke: false,
             quiet_revokes: 0,
@@ -655,7 +656,7 @@ impl Policy {
             lease_start: now,
             checked_at: now,
             charged_to: now,
-            deferred: self.overlap_open,
+            deferred: self.overlap_open > 0,
             progress: false,
             graced: false,
         });
@@ -727,21 +728,46 @@ impl Policy {
     /// high-priority slice waits): the holder is charged up to `at`; its overrun follows with
     /// [`Policy::overrun`], and the next holder's charging starts only then, so the overlap is
     /// charged once (to the slice whose work ran in it).
+    ///
+    /// A holder revoked while still deferred (granted behind an earlier drain, and preempted by
+    /// a high-priority slice before that drain was reported) has been charged nothing: its
+    /// charging had not started, and does not start now; its own drain is charged from the
+    /// earlier drain's report on (the loop charges drains in the order they began).
     pub fn preempted(&mut self, at: u64) {
-        if self.holder.is_some() {
+        if let Some(h) = self.holder.as_mut() {
+            if h.deferred {
+                h.charged_to = h.charged_to.max(at);
+            }
             self.revoked(at, false);
-            self.overlap_open = true;
+            self.overlap_open = self.overlap_open.saturating_add(1);
         }
     }
 
+    /// Whether a `priority: high` slice other than the holder waits and is eligible while the
+    /// holder (if any) is not high: the loop stops waiting for a drain and lets it in.
+    pub fn high_waits(&mut self, now: u64) -> bool {
+        let me = self.holder.map(|h| h.idx);
+        if me.is_some_and(|i| self.slices.get(i).is_some_and(|s| s.params.high)) {
+            return false;
+        }
+        let high: Vec<usize> = (0..self.slices.len())
+            .filter(|&i| Some(i) != me && self.slices[i].params.high && self.slices[i].obs.waiting)
+            .collect();
+        high.into_iter().any(|i| self.eligible(i, now))
+    }
+
     /// Charges slice `i` the overrun `[from, to)` of a drain that completed after the next grant
-    /// (see [`Policy::preempted`]); the holder granted meanwhile is charged from `to` on.
+    /// (see [`Policy::preempted`]); the holder granted meanwhile is charged from `to` on, or,
+    /// while other drains are outstanding, from the last of their reports.
     pub fn overrun(&mut self, i: usize, from: u64, to: u64, timed_out: bool) {
         if i < self.slices.len() {
             self.charge(i, from, to);
             self.drain_ended(i, timed_out);
         }
-        self.overlap_open = false;
+        self.overlap_open = self.overlap_open.saturating_sub(1);
+        if self.overlap_open > 0 {
+            return;
+        }
         if let Some(h) = &mut self.holder {
             if h.deferred {
                 h.deferred = false;
@@ -1522,6 +1548,62 @@ mod tests {
         p.observed(37 * MS);
         assert_eq!(p.decide(37 * MS), Decision::Revoke);
         assert_eq!(p.slices()[b].charged_ns, 12 * MS);
+    }
+
+    #[test]
+    fn a_high_slice_let_in_behind_two_drains_is_charged_from_the_last_report() {
+        let mut p = Policy::new(5 * MS);
+        let a = p.set_slice("a", g(30), 0);
+        let b = p.set_slice("b", g(30), 0);
+        let h = p.set_slice(
+            "h",
+            Params {
+                guarantee: 500,
+                high: true,
+                ..Params::default()
+            },
+            0,
+        );
+        let w = Observation {
+            waiting: true,
+            active: false,
+            quiet: false,
+        };
+        let idle = Observation::default();
+        // a holds and is revoked with a 100 ms graph still running; b is granted behind it.
+        p.granted(a, 0);
+        p.preempted(5 * MS);
+        p.granted(b, 5 * MS);
+        p.observe(h, idle, 6 * MS);
+        p.observed(6 * MS);
+        assert!(!p.high_waits(6 * MS), "nobody high waits");
+        // The high-priority slice starts waiting while b is still deferred behind a's drain.
+        p.observe(h, w, 8 * MS);
+        p.observed(8 * MS);
+        assert!(p.high_waits(8 * MS));
+        assert_eq!(p.decide(8 * MS), Decision::Preempt);
+        // b is preempted before its charging began: it is charged nothing up to there.
+        p.preempted(8 * MS);
+        assert_eq!(p.slices()[b].charged_ns, 0);
+        p.granted(h, 8 * MS);
+        assert!(!p.high_waits(9 * MS), "the holder is the high slice");
+        // b's drain reports first, a's later: a pays its span; b's drain began inside a's and
+        // is charged from a's report on (nothing here); h only from the last report.
+        p.overrun(a, 5 * MS, 105 * MS, false);
+        assert_eq!(p.slices()[a].charged_ns, 105 * MS);
+        p.observe(h, w, 110 * MS);
+        p.observed(110 * MS);
+        assert!(
+            matches!(p.decide(110 * MS), Decision::Keep { renew: false, .. }),
+            "h still deferred while b's drain is outstanding"
+        );
+        assert_eq!(p.slices()[h].charged_ns, 0);
+        p.overrun(b, 105 * MS, 105 * MS, false);
+        assert_eq!(p.slices()[b].charged_ns, 0);
+        p.observe(h, w, 111 * MS);
+        p.observed(111 * MS);
+        let _ = p.decide(111 * MS);
+        assert_eq!(p.slices()[h].charged_ns, 6 * MS, "charged from 105 ms on");
     }
 
     #[test]
