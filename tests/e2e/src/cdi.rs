@@ -5,13 +5,13 @@
 //! device (the simulator's environment and state directory; the driver libraries come from the
 //! spec's mounts, at [`DRIVER_LIB_DIR`]).
 
-use crate::arbiter::Arbiter;
 use crate::containerd::{Containerd, Options};
 use crate::paths::{self, ContainerdBins};
 use crate::podman::{fake_driver, DRIVER_LIB_DIR};
 use crate::procs::run_ok;
 use crate::sim::{Bind, CONTAINER_STATE_DIR, DEVICES};
 use crate::suite::Node;
+use crate::Arbiter;
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
 use std::process::Command;

@@ -10,14 +10,15 @@
 //! - [`snapshot`]: "nothing left behind": state directory, mount table, descendant processes
 //! - [`sim`]: the simulated GPU node seen from the host and from containers
 //! - [`image`]: the test root filesystem, OCI archive and Docker import tarball
-//! - [`runc`], [`containerd`], [`docker`], [`arbiter`]: one engine each
+//! - [`runc`], [`containerd`], [`docker`]: one engine each; the arbiter is
+//!   [`gpuslice_test_support::Arbiter`] (the harness the other suites share), started on a node by
+//!   [`suite::Node::start_arbiter`]
 //! - [`suite`]: shared set-up and assertions of the suites
 //! - [`cri`], [`proto`]: a minimal CRI (gRPC) client for the Pod path
 //! - [`shimv2`]: containerd-shim-gpuslice-v2 set-up (runtime class, PATH, `ctr run --runtime`)
 //! - [`workload`]: running `gpuslice-workload` and reading its `key=value` output
 //! - [`package`]: the Debian package on a clean (debootstrap) root
 
-pub mod arbiter;
 pub mod cdi;
 pub mod containerd;
 pub mod cri;
@@ -38,6 +39,8 @@ pub mod sim;
 pub mod snapshot;
 pub mod suite;
 pub mod workload;
+
+pub use gpuslice_test_support::Arbiter;
 
 /// One GiB, the cap most suites ask for.
 pub const GIB: u64 = 1 << 30;

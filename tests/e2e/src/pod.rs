@@ -11,13 +11,13 @@
 //! `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB; after the Pod is removed nothing is left behind.
 //! The caller adds its runtime's own checks at each [`Stage`].
 
-use crate::arbiter::Arbiter;
 use crate::containerd::Containerd;
 use crate::cri::{self, ContainerSpec, PodGuard, PodSpec, K8S_NS};
 use crate::image::WORKLOAD;
 use crate::paths;
 use crate::snapshot::Snapshot;
 use crate::suite::{assert_one_gib_slice, Node};
+use crate::Arbiter;
 use anyhow::{ensure, Context, Result};
 use std::collections::BTreeSet;
 use std::path::Path;

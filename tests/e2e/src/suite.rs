@@ -5,7 +5,7 @@
 use crate::image::{self, TestImage, WORKLOAD};
 use crate::scratch::Scratch;
 use crate::sim::{SimNode, DEVICE_MEM};
-use crate::{workload, GIB};
+use crate::{workload, Arbiter, GIB};
 use anyhow::{ensure, Context, Result};
 use std::process::Output;
 
@@ -24,6 +24,19 @@ impl Node {
     /// Scratch directory, simulated node and image, for a test tagged `tag`.
     pub fn new(tag: &str) -> Result<Self> {
         Self::with_devices(tag, crate::sim::DEVICES)
+    }
+
+    /// The dist tree's `gpuslice-arbiter` on this node, in `scratch/arbiter` (`state/`,
+    /// `config.toml`, `arbiter.log`): the simulated NVML, metrics off (no fixed port), fail
+    /// closed; returns once it answers.
+    pub fn start_arbiter(&self) -> Result<Arbiter> {
+        let mut a = Arbiter::new(
+            crate::paths::product("gpuslice-arbiter"),
+            &self.scratch.dir("arbiter")?,
+            "fail = \"closed\"\n\n[metrics]\nenabled = false\n",
+        )?;
+        a.envs(self.sim.host_env()).start()?;
+        Ok(a)
     }
 
     /// [`Node::new`] with the simulated devices `devices` (`GPUSLICE_SIM_DEVICES`).
@@ -47,7 +60,7 @@ pub struct RuntimeNode {
     /// containerd.
     pub ctd: crate::containerd::Containerd,
     /// The arbiter.
-    pub arbiter: crate::arbiter::Arbiter,
+    pub arbiter: Arbiter,
     /// The node.
     pub node: Node,
     /// `gpuslice-runtime` of the dist tree (the runc binary to name in `ctr run`).
@@ -63,7 +76,7 @@ impl RuntimeNode {
             return Ok(None);
         }
         let node = Node::new(tag)?;
-        let arbiter = crate::arbiter::Arbiter::start(&node.scratch, &node.sim)?;
+        let arbiter = node.start_arbiter()?;
         let rt = crate::paths::product("gpuslice-runtime");
         let ctd = crate::containerd::Containerd::start(
             &bins,

@@ -7,7 +7,6 @@
 //! "not running" once it is stopped.
 
 use anyhow::{ensure, Context, Result};
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::docker::{self, Dockerd};
 use gpuslice_e2e::gate::{require, Need};
@@ -51,7 +50,7 @@ fn configured(major: &str, ctd_series: &str) -> Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("cfgdk{major}"))?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let env = arbiter.client_env();
     let ctd = Containerd::start(
         &bins,

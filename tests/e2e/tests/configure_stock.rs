@@ -21,7 +21,6 @@
 //! before the fix), FAIL "not running" once the daemon is stopped.
 
 use anyhow::{ensure, Context, Result};
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::Containerd;
 use gpuslice_e2e::cri::{self, ContainerSpec, Cri, PodGuard, PodSpec};
 use gpuslice_e2e::gate::{containerd_needs, require};
@@ -29,6 +28,7 @@ use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths::{self, ContainerdBins};
 use gpuslice_e2e::procs::run_ok;
 use gpuslice_e2e::suite::{self, assert_one_gib_slice, info_and_fill, Node};
+use gpuslice_e2e::Arbiter;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -175,7 +175,7 @@ fn stock_case(tag: &str, series: &str, stock: Stock) -> Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("stock-{tag}"))?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let dir = node.scratch.dir("ctd")?;
     let cfg = dir.join("config.toml");
     let stock_text = stock_text(&bins, &stock)?;
@@ -323,7 +323,7 @@ fn doctor_sees_the_running_containerd_and_its_cri_plugin() -> Result<()> {
         return Ok(());
     }
     let node = Node::new("stock-doctor")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let dir = node.scratch.dir("ctd")?;
     let cfg = dir.join("config.toml");
     let stock = stock_text(&bins, &Stock::Fixture("containerd-debian.toml"))?;

@@ -7,7 +7,6 @@
 //! `gpuslice.io/memory=1Gi` sees and is held to a 1 GiB slice. (The Pod through CRI
 //! `RunPodSandbox` with the `gpuslice` handler belongs to the CRI suite.)
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::CtrRun;
 use gpuslice_e2e::daemon::Daemon;
 use gpuslice_e2e::gate::{require, Need};
@@ -74,7 +73,7 @@ fn containerd_1_6_configured_by_gpuslice_runs_a_slice() -> anyhow::Result<()> {
         return Ok(());
     }
     let node = Node::new("cfgctd")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let dir = node.scratch.dir("ctd-configured")?;
     let cfg = dir.join("config.toml");
     std::fs::write(&cfg, minimal_config(&dir))?;

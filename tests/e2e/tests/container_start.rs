@@ -33,7 +33,6 @@
 //! (optional). The load average is printed before and after (the machine may be shared).
 
 use anyhow::{ensure, Result};
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
@@ -132,7 +131,7 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
             )?;
         }
     }
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let rt = paths::product("gpuslice-runtime");
     let runc = paths::runc();
     let mut env = arbiter.client_env();

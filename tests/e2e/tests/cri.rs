@@ -11,7 +11,6 @@
 //! nothing is left behind. The flow is `gpuslice_e2e::pod`, shared with `cri_shim.rs`.
 
 use anyhow::Result;
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::gate::{containerd_needs, require};
 use gpuslice_e2e::paths;
@@ -25,7 +24,7 @@ fn pod_path(series: &str) -> Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("p{series}"))?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let ctd = Containerd::start(
         &bins,
         &node.scratch,

@@ -12,7 +12,6 @@
 //! removed no slice and nothing else is left behind.
 
 use anyhow::{ensure, Context, Result};
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::cdi;
 use gpuslice_e2e::cri::{self, ContainerSpec, PodGuard, PodSpec, K8S_NS};
 use gpuslice_e2e::gate::{require, Need};
@@ -63,7 +62,7 @@ fn cri_1_7_cdi_devices_enforce_the_cap() -> Result<()> {
         return Ok(());
     }
     let node = Node::new("ccdi")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let spec = cdi::generate(&node, &arbiter)?;
     let ctd = cdi::containerd(&bins, &node, &arbiter, &spec)?;
     let client = cri::client_with_image(&ctd, &node)?;

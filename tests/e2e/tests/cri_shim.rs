@@ -16,7 +16,6 @@
 //! flow is `gpuslice_e2e::pod`, shared with `cri.rs`; the shim's own checks are here.
 
 use anyhow::{ensure, Result};
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::paths;
@@ -42,7 +41,7 @@ fn pod_path(series: &str) -> Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("q{series}"))?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let mut env = arbiter.client_env();
     env.push(daemon_path(&bins));
     let ctd = Containerd::start_with_extra(

@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use gpuslice_api::protocol::{Request, Response};
 use gpuslice_api::NodeStatus;
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::cri::{self, ContainerSpec, PodGuard, PodSpec};
 use gpuslice_e2e::daemon::Daemon;
@@ -37,6 +36,7 @@ use gpuslice_e2e::paths;
 use gpuslice_e2e::sim::TWO_DEVICES;
 use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{assert_capped_slice_on, Node};
+use gpuslice_e2e::Arbiter;
 use gpuslice_kubelet_plugin::deviceplugin::standin::{healthy, Kubelet};
 use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET};
 use gpuslice_oci::client::Client;
@@ -98,7 +98,7 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
     }
     let t0 = Instant::now();
     let node = Node::with_devices(&format!("dp{}", series.replace('.', "")), TWO_DEVICES)?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let st = status(&arbiter)?;
     ensure!(
         st.devices.len() == 2,

@@ -3,7 +3,6 @@
 //! whole device) and runs through `--runtime gpuslice` (daemon.json `runtimes.gpuslice.path` =
 //! `gpuslice-runtime`) with `-e GPUSLICE_MEMORY=1Gi` and, on 26, `--annotation`.
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::docker::{self, Dockerd};
 use gpuslice_e2e::gate::{require, Need};
@@ -85,7 +84,7 @@ fn sliced(major: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("e{major}"))?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let env = arbiter.client_env();
     let ctd = Containerd::start(
         &paths::containerd(ctd_series(major)),

@@ -7,7 +7,6 @@
 //! `cuDeviceTotalMem`, `cuMemGetInfo` and NVML and gets `CUDA_ERROR_OUT_OF_MEMORY` at exactly
 //! 1 GiB. Afterwards the slice is released (poststop) and nothing is left behind.
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::cdi;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::docker::{self, Dockerd};
@@ -41,7 +40,7 @@ fn docker_26_cdi_device_with_gpuslice_memory_enforces_the_cap() -> anyhow::Resul
         return Ok(());
     }
     let node = Node::new("dcdi")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let spec = cdi::generate(&node, &arbiter)?;
     println!("{}", spec.text);
     let env = arbiter.client_env();

@@ -13,7 +13,6 @@
 //! `docker run` with a message naming key and value; afterwards no container, slice, mount or
 //! process (proxy, runc v2 shim) is left.
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, Options};
 use gpuslice_e2e::docker::{self, Dockerd};
 use gpuslice_e2e::gate::{require, Need};
@@ -68,7 +67,7 @@ fn docker_26_runtime_type_shim_v2() -> anyhow::Result<()> {
     }
     let t0 = Instant::now();
     let node = Node::new("k26")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let env = arbiter.client_env();
     let mut ctd_env = env.clone();
     ctd_env.push(daemon_path(&ctd_bins));

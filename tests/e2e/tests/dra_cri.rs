@@ -25,7 +25,6 @@ use gpuslice_api::protocol::{Request, Response};
 use gpuslice_api::{Priority, SliceStatus};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::cdi::{self, CdiSpec};
 use gpuslice_e2e::containerd::Containerd;
 use gpuslice_e2e::cri::{self, ContainerSpec, Cri, K8S_NS};
@@ -36,6 +35,7 @@ use gpuslice_e2e::sim::CONTAINER_STATE_DIR;
 use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{assert_capped_slice, Node};
 use gpuslice_e2e::workload;
+use gpuslice_e2e::Arbiter;
 use gpuslice_kubelet_plugin::arbiter::SocketArbiter;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::cdi::CdiDir;
@@ -117,7 +117,7 @@ impl Env {
             return Ok(None);
         }
         let node = Node::new(&format!("dra{}{tag}", series.replace('.', "")))?;
-        let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+        let arbiter = node.start_arbiter()?;
         // The node's spec, as the DaemonSet's cdi init container writes it.
         let spec = cdi::generate(&node, &arbiter)?;
         let ctd = cdi::containerd(&bins, &node, &arbiter, &spec)?;

@@ -3,7 +3,6 @@
 //! process list are as before. Through `gpuslice-runtime` directly (runc bundles) and through
 //! containerd 1.6 (`ctr run`), so the message is shown to survive the engine's error path.
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::CtrRun;
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::paths;
@@ -110,7 +109,7 @@ fn gpuslice_runtime_refuses_bad_requests_and_leaves_nothing() -> anyhow::Result<
         return Ok(());
     }
     let node = Node::new("err")?;
-    let mut arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let mut arbiter = node.start_arbiter()?;
     let root = node.scratch.dir("runc-root")?;
     let mut cases: Vec<(&str, &str, &str, Vec<&str>)> = BAD
         .iter()

@@ -3,7 +3,6 @@
 //! CDI directory; `podman run --device gpuslice.io/gpu=0 -e GPUSLICE_MEMORY=1Gi` then sees and is
 //! held to 1 GiB, through the spec's interposer, preload file and gpuslice-hook (standalone).
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::paths;
 use gpuslice_e2e::podman::{self, Podman, DRIVER_LIB_DIR};
@@ -44,7 +43,7 @@ fn podman_cdi_device_with_gpuslice_memory_enforces_the_cap() -> anyhow::Result<(
         return Ok(());
     }
     let node = Node::new("podman-cdi")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let (driver_root, dev_root) = podman::fake_driver(&node.scratch.dir("fake-node")?)?;
     let pm = Podman::new(&node.scratch.dir("podman")?)?;
     let spec = pm.cdi_dir.join("gpuslice.yaml");

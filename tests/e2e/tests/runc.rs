@@ -1,7 +1,6 @@
 //! runc suite: a bundle run directly by runc (harness proof: the whole simulated device) and
 //! through `gpuslice-runtime` with `gpuslice.io/memory: 1Gi` (the slice is seen and enforced).
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::paths;
 use gpuslice_e2e::runc::{make_bundle, run_bundle, Spec};
@@ -65,7 +64,7 @@ fn gpuslice_runtime_bundle_gets_a_1gib_slice() -> anyhow::Result<()> {
         return Ok(());
     }
     let node = Node::new("grt")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     let root = node.scratch.dir("runc-root")?;
     let bundle = make_bundle(
         &node.scratch.join("bundle"),

@@ -14,7 +14,6 @@
 //! arbiter down the creation fails closed naming the arbiter, leaving no container, slice,
 //! mount or process (no runc-v2 shim, no proxy) behind.
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::containerd::{Containerd, CtrRun, Options};
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image;
@@ -62,7 +61,7 @@ fn shimv2(series: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("s{series}"))?;
-    let mut arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let mut arbiter = node.start_arbiter()?;
     let mut env = arbiter.client_env();
     // The harness puts the engine's bin first; ours goes before it (later entries win).
     env.push(daemon_path(&bins));

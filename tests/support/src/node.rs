@@ -1,13 +1,14 @@
 //! A simulated GPU node with a real arbiter: a temporary directory with the simulated driver
 //! libraries under their real names (`lib/libcuda.so.1`, `lib/libnvidia-ml.so.1`), the
-//! simulator's state file, a `config.toml`, the arbiter's state directory and log; the arbiter
-//! binary of this build started on it. [`SimNode::env`] gives any command the same node.
+//! simulator's state file, and this build's [`Arbiter`] started on it (its `state/`,
+//! `config.toml` and `arbiter.log` in the same directory). [`SimNode::env`] gives any command the same node.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use crate::Arbiter;
+use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// `target/<profile>`: where this build's binaries and cdylibs are (test binaries run from
@@ -62,8 +63,7 @@ pub struct SimNode {
     pub metrics: Option<String>,
     devices: String,
     ctx_overhead: String,
-    log_level: String,
-    arbiter: Option<Child>,
+    arbiter: Arbiter,
 }
 
 impl SimNode {
@@ -92,7 +92,6 @@ impl SimNode {
         let dir = std::env::temp_dir().join(format!("gs-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("lib")).expect("node dir");
-        std::fs::create_dir_all(dir.join("state")).expect("state dir");
         for (from, to) in [
             ("libcuda.so", "libcuda.so.1"),
             ("libnvidia_ml.so", "libnvidia-ml.so.1"),
@@ -105,23 +104,35 @@ impl SimNode {
         } else {
             "[metrics]\nenabled = false\n"
         };
-        std::fs::write(
-            dir.join("config.toml"),
-            format!(
+        let arbiter = Arbiter::new(
+            prof.join("gpuslice-arbiter"),
+            &dir,
+            &format!(
                 "interposer = \"{}\"\n{metrics}{}\n",
                 prof.join("libgpuslice.so").display(),
                 cfg.config
             ),
         )
-        .expect("config.toml");
+        .expect("the arbiter's state dir and config.toml");
         let mut node = SimNode {
             dir,
             metrics: None,
             devices: cfg.devices,
             ctx_overhead: cfg.ctx_overhead,
-            log_level: cfg.log_level,
-            arbiter: None,
+            arbiter,
         };
+        for (k, v) in node.vars() {
+            match v {
+                Some(v) => node.arbiter.env(k, v),
+                None => node.arbiter.env_remove(k),
+            };
+        }
+        node.arbiter
+            .env(
+                "GPUSLICE_NVML_LIBRARY",
+                node.dir.join("lib/libnvidia-ml.so.1"),
+            )
+            .env("RUST_LOG", &cfg.log_level);
         node.start_arbiter();
         let t0 = Instant::now();
         let limit = Duration::from_secs(30);
@@ -141,74 +152,60 @@ impl SimNode {
     /// Spawns this build's arbiter on the node (appending to `arbiter.log`) and waits until it
     /// answers a `status` request; how long that took. Panics if it exits or stays silent 30 s.
     pub fn start_arbiter(&mut self) -> Duration {
-        let t0 = Instant::now();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("arbiter.log"))
-            .expect("arbiter.log");
-        let mut c = Command::new(profile_dir().join("gpuslice-arbiter"));
-        c.env(
-            "GPUSLICE_NVML_LIBRARY",
-            self.dir.join("lib/libnvidia-ml.so.1"),
-        )
-        .env("RUST_LOG", &self.log_level)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-        self.env(&mut c);
-        let mut child = c.spawn().expect("starting gpuslice-arbiter");
-        while self.try_call("{\"version\":1,\"op\":\"status\"}").is_none() {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("the arbiter exited ({st}); log:\n{}", self.log());
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "the arbiter did not answer in 30 s; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.arbiter = Some(child);
-        t0.elapsed()
+        self.arbiter.start().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// SIGKILLs the arbiter and reaps it.
     pub fn kill_arbiter(&mut self) {
-        if let Some(mut a) = self.arbiter.take() {
-            let _ = a.kill();
-            let _ = a.wait();
-        }
+        self.arbiter.kill();
     }
 
     /// The running arbiter's pid (it may have exited since: not reaped).
     pub fn arbiter_pid(&self) -> Option<u32> {
-        self.arbiter.as_ref().map(Child::id)
+        self.arbiter.pid()
+    }
+
+    /// The node's arbiter.
+    pub fn arbiter(&self) -> &Arbiter {
+        &self.arbiter
     }
 
     /// One request line and its answer, `None` when the arbiter cannot be reached or answers
     /// garbage (within 10 s).
     pub fn try_call(&self, line: &str) -> Option<serde_json::Value> {
-        let mut s = UnixStream::connect(self.socket()).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        writeln!(s, "{line}").ok()?;
-        let mut out = String::new();
-        BufReader::new(s).read_line(&mut out).ok()?;
-        serde_json::from_str(&out).ok()
+        self.arbiter.try_call(line)
+    }
+
+    /// What [`SimNode::env`] sets (`Some`) and removes (`None`).
+    fn vars(&self) -> Vec<(&'static str, Option<OsString>)> {
+        vec![
+            ("LD_LIBRARY_PATH", Some(self.dir.join("lib").into())),
+            (
+                "GPUSLICE_SIM_STATE",
+                Some(self.dir.join("sim.state").into()),
+            ),
+            ("GPUSLICE_SIM_DEVICES", Some((&self.devices).into())),
+            (
+                "GPUSLICE_SIM_CTX_OVERHEAD",
+                Some((&self.ctx_overhead).into()),
+            ),
+            ("GPUSLICE_STATE_DIR", Some(self.state_dir().into())),
+            ("GPUSLICE_CONFIG", Some(self.arbiter.config.clone().into())),
+            ("LD_PRELOAD", None),
+            ("GPUSLICE_SLICE_DIR", None),
+            ("GPUSLICE_MEMORY", None),
+        ]
     }
 
     /// Puts `c` on this node: the simulated driver first on the library path, the simulator's
     /// state and devices, the arbiter's state directory and config; no inherited preload.
     pub fn env(&self, c: &mut Command) {
-        c.env("LD_LIBRARY_PATH", self.dir.join("lib"))
-            .env("GPUSLICE_SIM_STATE", self.dir.join("sim.state"))
-            .env("GPUSLICE_SIM_DEVICES", &self.devices)
-            .env("GPUSLICE_SIM_CTX_OVERHEAD", &self.ctx_overhead)
-            .env("GPUSLICE_STATE_DIR", self.state_dir())
-            .env("GPUSLICE_CONFIG", self.dir.join("config.toml"))
-            .env_remove("LD_PRELOAD")
-            .env_remove("GPUSLICE_SLICE_DIR")
-            .env_remove("GPUSLICE_MEMORY");
+        for (k, v) in self.vars() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
     }
 
     /// `program` with [`SimNode::env`], run in the node's directory.
@@ -221,26 +218,22 @@ impl SimNode {
 
     /// The arbiter's state directory.
     pub fn state_dir(&self) -> PathBuf {
-        self.dir.join("state")
+        self.arbiter.state_dir.clone()
     }
 
     /// The arbiter's socket.
     pub fn socket(&self) -> PathBuf {
-        self.state_dir().join("arbiter.sock")
+        self.arbiter.socket()
     }
 
     /// The arbiter's log so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("arbiter.log")).unwrap_or_default()
+        self.arbiter.log()
     }
 
     /// Sends one request line to the arbiter and returns its answer.
     pub fn call(&self, line: &str) -> serde_json::Value {
-        let mut s = UnixStream::connect(self.socket()).expect("arbiter socket");
-        writeln!(s, "{line}").expect("request");
-        let mut out = String::new();
-        BufReader::new(s).read_line(&mut out).expect("answer");
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("answer {out:?}: {e}"))
+        self.arbiter.call(line)
     }
 
     /// The metrics page (`GET /metrics`), headers included.
