@@ -1,18 +1,131 @@
 //! The C signature of every driver and NVML function the interposer exports or calls, declared
-//! once (from `cuda.h` and `nvml.h`): `pfn::<name>` is its function-pointer type. The
-//! interposer's lookup table checks each exported wrapper against these at compile time, and
-//! its calls of the real functions are typed by them, so a signature is never written twice.
-//! [`WRAPPED`] names the exported ones.
+//! once (from `cuda.h` and `nvml.h`): `pfn::<name>` is its function-pointer type.
+//!
+//! The exported ones are declared in [`for_each_wrapped!`] with named parameters, and a pair
+//! `name / name_ptsz` declares a legacy-stream export and its per-thread-stream twin (one C
+//! signature). That one declaration generates the `pfn` types and [`WRAPPED`] here, the
+//! interposer's export shells, their twins and its lookup table, and the simulated driver's
+//! check of its own exports. The functions the interposer only calls are declared in `pfn`
+//! itself. [`WRAPPED`] names the exported ones.
 
 #![allow(non_camel_case_types)]
 
-/// One `pub type <name> = unsafe extern "C" fn(..) -> ..;` per line, and the list of names.
+/// `for_each_wrapped!(m)` calls `m! { cuda { … } nvml { … } }` with every function the
+/// interposer exports a wrapper of, one entry a line:
+/// `name(param: Type, …) -> Ret;` or, for a function with a per-thread-stream twin of the same
+/// signature, `name / name_ptsz(param: Type, …) -> Ret;`. The types are named as `pfn` imports
+/// them (`gpuslice_cuda_abi::{exec, memory, nvml, procaddr, result, types}` and `std::ffi`), so a
+/// callback that emits them must have those in scope.
+#[macro_export]
+#[rustfmt::skip]
+macro_rules! for_each_wrapped {
+    ($m:ident) => {
+        $m! {
+        cuda {
+            cuArray3DCreate(h: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult;
+            cuArray3DCreate_v2(h: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult;
+            cuArrayCreate(h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult;
+            cuArrayCreate_v2(h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult;
+            cuArrayDestroy(h: CUarray) -> CUresult;
+            cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult;
+            cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult;
+            cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, num_params: c_int, flags: c_uint, dev: CUdevice) -> CUresult;
+            cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult;
+            cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult;
+            cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult;
+            cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> CUresult;
+            cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult;
+            cuEventSynchronize(ev: CUevent) -> CUresult;
+            cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult;
+            cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut CUdriverProcAddressQueryResult) -> CUresult;
+            cuGraphAddMemAllocNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, ndeps: usize, params: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
+            cuGraphAddMemFreeNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, ndeps: usize, dptr: CUdeviceptr) -> CUresult;
+            cuGraphAddNode(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, ndeps: usize, params: *mut c_void) -> CUresult;
+            cuGraphAddNode_v2(node: *mut CUgraphNode, graph: CUgraph, deps: *const CUgraphNode, edges: *const c_void, ndeps: usize, params: *mut c_void) -> CUresult;
+            cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> CUresult;
+            cuGraphDestroy(graph: CUgraph) -> CUresult;
+            cuGraphExecDestroy(exec: CUgraphExec) -> CUresult;
+            cuGraphInstantiate(exec: *mut CUgraphExec, graph: CUgraph, err: *mut CUgraphNode, log: *mut c_char, size: usize) -> CUresult;
+            cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> CUresult;
+            cuGraphInstantiateWithParams / cuGraphInstantiateWithParams_ptsz(exec: *mut CUgraphExec, graph: CUgraph, p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult;
+            cuGraphInstantiate_v2(exec: *mut CUgraphExec, graph: CUgraph, err: *mut CUgraphNode, log: *mut c_char, size: usize) -> CUresult;
+            cuGraphLaunch / cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> CUresult;
+            cuLaunchCooperativeKernel / cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult;
+            cuLaunchKernel / cuLaunchKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shmem: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult;
+            cuLaunchKernelEx / cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult;
+            cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult;
+            cuMemAllocAsync / cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, stream: CUstream) -> CUresult;
+            cuMemAllocFromPoolAsync / cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, bytesize: usize, pool: CUmemoryPool, stream: CUstream) -> CUresult;
+            cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: c_uint) -> CUresult;
+            cuMemAllocPitch(dptr: *mut CUdeviceptr_v1, pitch: *mut c_uint, width: c_uint, height: c_uint, elem: c_uint) -> CUresult;
+            cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint) -> CUresult;
+            cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult;
+            cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: u64) -> CUresult;
+            cuMemFree(dptr: CUdeviceptr_v1) -> CUresult;
+            cuMemFreeAsync / cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> CUresult;
+            cuMemFree_v2(dptr: CUdeviceptr) -> CUresult;
+            cuMemGetDefaultMemPool(pool: *mut CUmemoryPool, loc: *const CUmemLocation, kind: CUmemAllocationType) -> CUresult;
+            cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> CUresult;
+            cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult;
+            cuMemGetMemPool(pool: *mut CUmemoryPool, loc: *const CUmemLocation, kind: CUmemAllocationType) -> CUresult;
+            cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> CUresult;
+            cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult;
+            cuMemPoolSetAttribute(pool: CUmemoryPool, attr: CUmemPool_attribute, value: *mut c_void) -> CUresult;
+            cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> CUresult;
+            cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult;
+            cuMemSetMemPool(loc: *const CUmemLocation, kind: CUmemAllocationType, pool: CUmemoryPool) -> CUresult;
+            cuMipmappedArrayCreate(h: *mut CUmipmappedArray, d: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) -> CUresult;
+            cuMipmappedArrayDestroy(h: CUmipmappedArray) -> CUresult;
+            cuStreamSynchronize / cuStreamSynchronize_ptsz(h: CUstream) -> CUresult;
+        }
+        nvml {
+            nvmlDeviceGetClock(device: nvmlDevice_t, clock: c_uint, id: c_uint, mhz: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetClockInfo(device: nvmlDevice_t, clock: c_uint, mhz: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetComputeRunningProcesses(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
+            nvmlDeviceGetComputeRunningProcesses_v2(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+            nvmlDeviceGetComputeRunningProcesses_v3(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+            nvmlDeviceGetDecoderUtilization(device: nvmlDevice_t, percent: *mut c_uint, period_us: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetEncoderUtilization(device: nvmlDevice_t, percent: *mut c_uint, period_us: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetFanSpeed(device: nvmlDevice_t, percent: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetFanSpeed_v2(device: nvmlDevice_t, fan: c_uint, percent: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetGraphicsRunningProcesses(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
+            nvmlDeviceGetGraphicsRunningProcesses_v2(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+            nvmlDeviceGetGraphicsRunningProcesses_v3(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+            nvmlDeviceGetMPSComputeRunningProcesses_v3(device: nvmlDevice_t, count: *mut c_uint, infos: *mut nvmlProcessInfo_t) -> nvmlReturn_t;
+            nvmlDeviceGetMemoryInfo(device: nvmlDevice_t, memory: *mut nvmlMemory_t) -> nvmlReturn_t;
+            nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, memory: *mut nvmlMemory_v2_t) -> nvmlReturn_t;
+            nvmlDeviceGetPerformanceState(device: nvmlDevice_t, pstate: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetPowerUsage(device: nvmlDevice_t, milliwatts: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetProcessUtilization(device: nvmlDevice_t, samples: *mut nvmlProcessUtilizationSample_t, count: *mut c_uint, last_seen: u64) -> nvmlReturn_t;
+            nvmlDeviceGetTemperature(device: nvmlDevice_t, sensor: c_uint, celsius: *mut c_uint) -> nvmlReturn_t;
+            nvmlDeviceGetTotalEnergyConsumption(device: nvmlDevice_t, millijoules: *mut u64) -> nvmlReturn_t;
+            nvmlDeviceGetUtilizationRates(device: nvmlDevice_t, utilization: *mut nvmlUtilization_t) -> nvmlReturn_t;
+        }
+        }
+    };
+}
+
+/// `pub type <name> = unsafe extern "C" fn(..) -> ..;` for each declared function, the twins'
+/// too, and the list of the exported names.
 macro_rules! declare {
-    (wrapped { $($w:ident($($wt:ty),*) -> $wr:ty;)* } called { $($c:ident($($ct:ty),*) -> $cr:ty;)* }) => {
-        $(pub type $w = unsafe extern "C" fn($($wt),*) -> $wr;)*
-        $(pub type $c = unsafe extern "C" fn($($ct),*) -> $cr;)*
+    (cuda { $($w:ident $(/ $wt:ident)? ($($wp:tt)*) -> $wr:ty;)* } nvml { $($n:ident $np:tt -> $nr:ty;)* }) => {
+        $(declare!(@entry $w [$($wt)?] ($($wp)*) $wr);)*
+        $(declare!(@one $n $np $nr);)*
         /// Every function the interposer exports a wrapper of.
-        pub const WRAPPED: &[&str] = &[$(stringify!($w)),*];
+        pub const WRAPPED: &[&str] = &[$(stringify!($w), $(stringify!($wt),)?)* $(stringify!($n)),*];
+    };
+    (called { $($c:ident($($ct:ty),*) -> $cr:ty;)* }) => {
+        $(pub type $c = unsafe extern "C" fn($($ct),*) -> $cr;)*
+    };
+    (@entry $name:ident [] $p:tt $r:ty) => {
+        declare!(@one $name $p $r);
+    };
+    (@entry $name:ident [$twin:ident] $p:tt $r:ty) => {
+        declare!(@one $name $p $r);
+        declare!(@one $twin $p $r);
+    };
+    (@one $name:ident ($($p:ident: $t:ty),*) $r:ty) => {
+        pub type $name = unsafe extern "C" fn($($t),*) -> $r;
     };
 }
 
@@ -26,95 +139,10 @@ pub mod pfn {
     use crate::types::*;
     use std::ffi::{c_char, c_int, c_uint, c_void};
 
+    for_each_wrapped!(declare);
+
     #[rustfmt::skip]
     declare! {
-    wrapped {
-        cuArray3DCreate(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> CUresult;
-        cuArray3DCreate_v2(*mut CUarray, *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult;
-        cuArrayCreate(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR_v1) -> CUresult;
-        cuArrayCreate_v2(*mut CUarray, *const CUDA_ARRAY_DESCRIPTOR) -> CUresult;
-        cuArrayDestroy(CUarray) -> CUresult;
-        cuCtxCreate(*mut CUcontext, c_uint, CUdevice) -> CUresult;
-        cuCtxCreate_v2(*mut CUcontext, c_uint, CUdevice) -> CUresult;
-        cuCtxCreate_v3(*mut CUcontext, *mut c_void, c_int, c_uint, CUdevice) -> CUresult;
-        cuCtxCreate_v4(*mut CUcontext, *mut c_void, c_uint, CUdevice) -> CUresult;
-        cuDeviceGraphMemTrim(CUdevice) -> CUresult;
-        cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice) -> CUresult;
-        cuDeviceTotalMem(*mut c_uint, CUdevice) -> CUresult;
-        cuDeviceTotalMem_v2(*mut usize, CUdevice) -> CUresult;
-        cuEventSynchronize(CUevent) -> CUresult;
-        cuGetProcAddress(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
-        cuGetProcAddress_v2(*const c_char, *mut *mut c_void, c_int, u64, *mut CUdriverProcAddressQueryResult) -> CUresult;
-        cuGraphAddMemAllocNode(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> CUresult;
-        cuGraphAddMemFreeNode(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUdeviceptr) -> CUresult;
-        cuGraphAddNode(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, *mut c_void) -> CUresult;
-        cuGraphAddNode_v2(*mut CUgraphNode, CUgraph, *const CUgraphNode, *const c_void, usize, *mut c_void) -> CUresult;
-        cuGraphClone(*mut CUgraph, CUgraph) -> CUresult;
-        cuGraphDestroy(CUgraph) -> CUresult;
-        cuGraphExecDestroy(CUgraphExec) -> CUresult;
-        cuGraphInstantiate(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> CUresult;
-        cuGraphInstantiateWithFlags(*mut CUgraphExec, CUgraph, u64) -> CUresult;
-        cuGraphInstantiateWithParams(*mut CUgraphExec, CUgraph, *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult;
-        cuGraphInstantiateWithParams_ptsz(*mut CUgraphExec, CUgraph, *mut CUDA_GRAPH_INSTANTIATE_PARAMS) -> CUresult;
-        cuGraphInstantiate_v2(*mut CUgraphExec, CUgraph, *mut CUgraphNode, *mut c_char, usize) -> CUresult;
-        cuGraphLaunch(CUgraphExec, CUstream) -> CUresult;
-        cuGraphLaunch_ptsz(CUgraphExec, CUstream) -> CUresult;
-        cuLaunchCooperativeKernel(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void) -> CUresult;
-        cuLaunchCooperativeKernel_ptsz(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void) -> CUresult;
-        cuLaunchKernel(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult;
-        cuLaunchKernelEx(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult;
-        cuLaunchKernelEx_ptsz(*const CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void) -> CUresult;
-        cuLaunchKernel_ptsz(CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void) -> CUresult;
-        cuMemAlloc(*mut CUdeviceptr_v1, c_uint) -> CUresult;
-        cuMemAllocAsync(*mut CUdeviceptr, usize, CUstream) -> CUresult;
-        cuMemAllocAsync_ptsz(*mut CUdeviceptr, usize, CUstream) -> CUresult;
-        cuMemAllocFromPoolAsync(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
-        cuMemAllocFromPoolAsync_ptsz(*mut CUdeviceptr, usize, CUmemoryPool, CUstream) -> CUresult;
-        cuMemAllocManaged(*mut CUdeviceptr, usize, c_uint) -> CUresult;
-        cuMemAllocPitch(*mut CUdeviceptr_v1, *mut c_uint, c_uint, c_uint, c_uint) -> CUresult;
-        cuMemAllocPitch_v2(*mut CUdeviceptr, *mut usize, usize, usize, c_uint) -> CUresult;
-        cuMemAlloc_v2(*mut CUdeviceptr, usize) -> CUresult;
-        cuMemCreate(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64) -> CUresult;
-        cuMemFree(CUdeviceptr_v1) -> CUresult;
-        cuMemFreeAsync(CUdeviceptr, CUstream) -> CUresult;
-        cuMemFreeAsync_ptsz(CUdeviceptr, CUstream) -> CUresult;
-        cuMemFree_v2(CUdeviceptr) -> CUresult;
-        cuMemGetDefaultMemPool(*mut CUmemoryPool, *const CUmemLocation, CUmemAllocationType) -> CUresult;
-        cuMemGetInfo(*mut c_uint, *mut c_uint) -> CUresult;
-        cuMemGetInfo_v2(*mut usize, *mut usize) -> CUresult;
-        cuMemGetMemPool(*mut CUmemoryPool, *const CUmemLocation, CUmemAllocationType) -> CUresult;
-        cuMemPoolCreate(*mut CUmemoryPool, *const CUmemPoolProps) -> CUresult;
-        cuMemPoolDestroy(CUmemoryPool) -> CUresult;
-        cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
-        cuMemPoolTrimTo(CUmemoryPool, usize) -> CUresult;
-        cuMemRelease(CUmemGenericAllocationHandle) -> CUresult;
-        cuMemSetMemPool(*const CUmemLocation, CUmemAllocationType, CUmemoryPool) -> CUresult;
-        cuMipmappedArrayCreate(*mut CUmipmappedArray, *const CUDA_ARRAY3D_DESCRIPTOR, c_uint) -> CUresult;
-        cuMipmappedArrayDestroy(CUmipmappedArray) -> CUresult;
-        cuStreamSynchronize(CUstream) -> CUresult;
-        cuStreamSynchronize_ptsz(CUstream) -> CUresult;
-        nvmlDeviceGetClock(nvmlDevice_t, c_uint, c_uint, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetClockInfo(nvmlDevice_t, c_uint, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
-        nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-        nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-        nvmlDeviceGetDecoderUtilization(nvmlDevice_t, *mut c_uint, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetEncoderUtilization(nvmlDevice_t, *mut c_uint, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetFanSpeed(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetFanSpeed_v2(nvmlDevice_t, c_uint, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_v1_t) -> nvmlReturn_t;
-        nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-        nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-        nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t, *mut c_uint, *mut nvmlProcessInfo_t) -> nvmlReturn_t;
-        nvmlDeviceGetMemoryInfo(nvmlDevice_t, *mut nvmlMemory_t) -> nvmlReturn_t;
-        nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, *mut nvmlMemory_v2_t) -> nvmlReturn_t;
-        nvmlDeviceGetPerformanceState(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetPowerUsage(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetProcessUtilization(nvmlDevice_t, *mut nvmlProcessUtilizationSample_t, *mut c_uint, u64) -> nvmlReturn_t;
-        nvmlDeviceGetTemperature(nvmlDevice_t, c_uint, *mut c_uint) -> nvmlReturn_t;
-        nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t, *mut u64) -> nvmlReturn_t;
-        nvmlDeviceGetUtilizationRates(nvmlDevice_t, *mut nvmlUtilization_t) -> nvmlReturn_t;
-    }
     called {
         cuCtxGetCurrent(*mut CUcontext) -> CUresult;
         cuCtxGetDevice(*mut CUdevice) -> CUresult;
@@ -140,31 +168,3 @@ pub mod pfn {
 }
 
 pub use pfn::WRAPPED;
-
-/// `for_each_wrapped_cuda!(m)` calls `m! { name, name, … }` with every CUDA driver function in
-/// [`WRAPPED`], so another crate (the simulated driver) can check its own exports against
-/// [`pfn`].
-#[macro_export]
-#[rustfmt::skip]
-macro_rules! for_each_wrapped_cuda {
-    ($m:ident) => {
-        $m! {
-        cuArray3DCreate, cuArray3DCreate_v2, cuArrayCreate, cuArrayCreate_v2, cuArrayDestroy,
-        cuCtxCreate, cuCtxCreate_v2, cuCtxCreate_v3, cuCtxCreate_v4, cuDeviceGraphMemTrim,
-        cuDevicePrimaryCtxRetain, cuDeviceTotalMem, cuDeviceTotalMem_v2, cuEventSynchronize,
-        cuGetProcAddress, cuGetProcAddress_v2, cuGraphAddMemAllocNode, cuGraphAddMemFreeNode,
-        cuGraphAddNode, cuGraphAddNode_v2, cuGraphClone, cuGraphDestroy, cuGraphExecDestroy,
-        cuGraphInstantiate, cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
-        cuGraphInstantiateWithParams_ptsz, cuGraphInstantiate_v2, cuGraphLaunch,
-        cuGraphLaunch_ptsz, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
-        cuLaunchKernel, cuLaunchKernelEx, cuLaunchKernelEx_ptsz, cuLaunchKernel_ptsz, cuMemAlloc,
-        cuMemAllocAsync, cuMemAllocAsync_ptsz, cuMemAllocFromPoolAsync,
-        cuMemAllocFromPoolAsync_ptsz, cuMemAllocManaged, cuMemAllocPitch, cuMemAllocPitch_v2,
-        cuMemAlloc_v2, cuMemCreate, cuMemFree, cuMemFreeAsync, cuMemFreeAsync_ptsz, cuMemFree_v2,
-        cuMemGetDefaultMemPool, cuMemGetInfo, cuMemGetInfo_v2, cuMemGetMemPool, cuMemPoolCreate,
-        cuMemPoolDestroy, cuMemPoolSetAttribute, cuMemPoolTrimTo, cuMemRelease, cuMemSetMemPool,
-        cuMipmappedArrayCreate, cuMipmappedArrayDestroy, cuStreamSynchronize,
-        cuStreamSynchronize_ptsz
-        }
-    };
-}

@@ -82,9 +82,8 @@ fn create(bytes: Option<u64>, out: *mut usize, tag: u64, create: impl FnOnce() -
 /// `cuArrayCreate_v2`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuArrayCreate_v2(h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuArrayCreate_v2(h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR) -> R {
     // SAFETY: null or the caller's descriptor.
     let bytes = unsafe { d.as_ref() }
         .and_then(|d| extent_bytes(d.Width, d.Height, 0, d.Format, d.NumChannels));
@@ -94,9 +93,8 @@ pub unsafe extern "C" fn cuArrayCreate_v2(h: *mut CUarray, d: *const CUDA_ARRAY_
 /// `cuArrayCreate` (32-bit descriptor).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuArrayCreate(h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR_v1) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuArrayCreate(h: *mut CUarray, d: *const CUDA_ARRAY_DESCRIPTOR_v1) -> R {
     // SAFETY: null or the caller's descriptor.
     let bytes = unsafe { d.as_ref() }.and_then(|d| {
         extent_bytes(
@@ -113,12 +111,8 @@ pub unsafe extern "C" fn cuArrayCreate(h: *mut CUarray, d: *const CUDA_ARRAY_DES
 /// `cuArray3DCreate_v2` (cubemaps: depth holds the 6 faces per layer).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuArray3DCreate_v2(
-    h: *mut CUarray,
-    d: *const CUDA_ARRAY3D_DESCRIPTOR,
-) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuArray3DCreate_v2(h: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR) -> R {
     // SAFETY: null or the caller's descriptor.
     let bytes = unsafe { d.as_ref() }
         .and_then(|d| extent_bytes(d.Width, d.Height, d.Depth, d.Format, d.NumChannels));
@@ -133,12 +127,8 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(
 /// `cuArray3DCreate` (32-bit descriptor).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuArray3DCreate(
-    h: *mut CUarray,
-    d: *const CUDA_ARRAY3D_DESCRIPTOR_v1,
-) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuArray3DCreate(h: *mut CUarray, d: *const CUDA_ARRAY3D_DESCRIPTOR_v1) -> R {
     // SAFETY: null or the caller's descriptor.
     let bytes = unsafe { d.as_ref() }.and_then(|d| {
         extent_bytes(
@@ -155,18 +145,16 @@ pub unsafe extern "C" fn cuArray3DCreate(
 /// `cuArrayDestroy`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuArrayDestroy(h: CUarray) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuArrayDestroy(h: CUarray) -> R {
     freed(h as u64 | ARRAY_TAG, || call!(cuArrayDestroy; h))
 }
 
 /// `cuMipmappedArrayCreate`: every level is charged, rounded once.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayCreate(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMipmappedArrayCreate(
     h: *mut CUmipmappedArray,
     d: *const CUDA_ARRAY3D_DESCRIPTOR,
     levels: c_uint,
@@ -184,9 +172,8 @@ pub unsafe extern "C" fn cuMipmappedArrayCreate(
 /// `cuMipmappedArrayDestroy`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMipmappedArrayDestroy(h: CUmipmappedArray) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMipmappedArrayDestroy(h: CUmipmappedArray) -> R {
     freed(h as u64 | MIPMAP_TAG, || call!(cuMipmappedArrayDestroy; h))
 }
 

@@ -10,8 +10,10 @@
 
 #![allow(non_snake_case)]
 
+use crate::entry::Twin;
 use crate::guard;
 use crate::state::memory_gate;
+use gpuslice_cuda_abi::pfn;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
 use std::ffi::{c_int, c_uint, c_void};
@@ -35,9 +37,8 @@ fn admit(dev: CUdevice) -> Result<(), R> {
 /// `cuCtxCreate_v2`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> R {
     if let Err(e) = admit(dev) {
         return e;
     }
@@ -47,9 +48,8 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev
 /// `cuCtxCreate` (legacy export).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> R {
     if let Err(e) = admit(dev) {
         return e;
     }
@@ -59,9 +59,8 @@ pub unsafe extern "C" fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: C
 /// `cuCtxCreate_v3` (execution affinity).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v3(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuCtxCreate_v3(
     pctx: *mut CUcontext,
     params: *mut c_void,
     num_params: c_int,
@@ -78,9 +77,8 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 /// `cuCtxCreate_v4` (`CUctxCreateParams`).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v4(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuCtxCreate_v4(
     pctx: *mut CUcontext,
     params: *mut c_void,
     flags: c_uint,
@@ -96,9 +94,8 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
 /// `cuDevicePrimaryCtxRetain` (the runtime API's context).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> R {
     if let Err(e) = admit(dev) {
         return e;
     }
@@ -117,17 +114,18 @@ fn synced(r: R) -> R {
     r
 }
 
-legacy_and_ptsz! {
-    /// `cuStreamSynchronize`, `cuStreamSynchronize_ptsz`.
-    fn cuStreamSynchronize, cuStreamSynchronize_ptsz(h: CUstream) -> R;
-    |real, per_thread| synced(real(h))
+/// `cuStreamSynchronize`, `cuStreamSynchronize_ptsz`.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuStreamSynchronize(twin: Twin<pfn::cuStreamSynchronize>, h: CUstream) -> R {
+    synced(forward!(twin; h))
 }
 
 /// `cuEventSynchronize`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuEventSynchronize(ev: CUevent) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuEventSynchronize(ev: CUevent) -> R {
     synced(call!(cuEventSynchronize; ev))
 }

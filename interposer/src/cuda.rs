@@ -21,9 +21,8 @@ type R = CUresult;
 /// `cuMemAlloc_v2`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> R {
     gated(bytesize as u64, || {
         let r = call!(cuMemAlloc_v2; dptr, bytesize);
         // SAFETY: on success the driver wrote *dptr.
@@ -37,9 +36,8 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 /// `cuMemAlloc` (32-bit device pointers).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> R {
     gated(u64::from(bytesize), || {
         let r = call!(cuMemAlloc; dptr, bytesize);
         // SAFETY: on success the driver wrote *dptr.
@@ -53,9 +51,8 @@ pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint)
 /// `cuMemAllocManaged`: charged to the current device (the memory may live there).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocManaged(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemAllocManaged(
     dptr: *mut CUdeviceptr,
     bytesize: usize,
     flags: c_uint,
@@ -81,9 +78,8 @@ fn pitch_estimate(width: u64, height: u64) -> u64 {
 /// before the call and the charge corrected after it.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocPitch_v2(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemAllocPitch_v2(
     dptr: *mut CUdeviceptr,
     pitch: *mut usize,
     width: usize,
@@ -111,9 +107,8 @@ pub unsafe extern "C" fn cuMemAllocPitch_v2(
 /// `cuMemAllocPitch` (32-bit).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemAllocPitch(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemAllocPitch(
     dptr: *mut CUdeviceptr_v1,
     pitch: *mut c_uint,
     width: c_uint,
@@ -167,18 +162,16 @@ fn recharge(key: u64, actual: u64) {
 /// `cuMemFree_v2`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemFree_v2(dptr: CUdeviceptr) -> R {
     freed(dptr, || call!(cuMemFree_v2; dptr))
 }
 
 /// `cuMemFree` (32-bit).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemFree(dptr: CUdeviceptr_v1) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemFree(dptr: CUdeviceptr_v1) -> R {
     freed(u64::from(dptr), || call!(cuMemFree; dptr))
 }
 
@@ -200,9 +193,8 @@ fn slice_view(ordinal: CUdevice, real_free: u64, real_total: u64) -> Option<(u64
 /// `cuMemGetInfo_v2`: free = min(cap − used, real free), total = min(cap, real total).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> R {
     let r = call!(cuMemGetInfo_v2; free, total);
     if r != CUDA_SUCCESS || free.is_null() || total.is_null() || memory_gate().is_none() {
         return r;
@@ -225,9 +217,8 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 /// `cuMemGetInfo` (32-bit sizes; saturated).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> R {
     let r = call!(cuMemGetInfo; free, total);
     if r != CUDA_SUCCESS || free.is_null() || total.is_null() || memory_gate().is_none() {
         return r;
@@ -250,9 +241,8 @@ pub unsafe extern "C" fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> 
 /// `cuDeviceTotalMem_v2`: min(cap, real).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> R {
     let r = call!(cuDeviceTotalMem_v2; bytes, dev);
     if r == CUDA_SUCCESS && !bytes.is_null() {
         if let Some(_g) = guard::enter() {
@@ -277,9 +267,8 @@ fn slice_view_total(dev: CUdevice, real_total: u64) -> Option<((), u64)> {
 /// `cuDeviceTotalMem` (32-bit).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> R {
     let r = call!(cuDeviceTotalMem; bytes, dev);
     if r == CUDA_SUCCESS && !bytes.is_null() {
         if let Some(_g) = guard::enter() {
@@ -299,9 +288,8 @@ pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> 
 /// `cuMemCreate`: charged `round(size)` on `prop.location` (a device ordinal).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemCreate(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemCreate(
     handle: *mut CUmemGenericAllocationHandle,
     size: usize,
     prop: *const CUmemAllocationProp,
@@ -343,8 +331,7 @@ pub unsafe extern "C" fn cuMemCreate(
 /// charged: the exporter owns that memory).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> R {
     freed(handle | (1 << 63), || call!(cuMemRelease; handle))
 }

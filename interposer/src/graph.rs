@@ -15,11 +15,13 @@
 #![allow(non_snake_case)]
 
 use crate::charge::{free_if, release, round, sync_cache};
+use crate::entry::Twin;
 use crate::graphmem::{Alloc, Graphs};
 use crate::guard;
 use crate::state::memory_gate;
 use gpuslice_cuda_abi::exec::*;
 use gpuslice_cuda_abi::memory::*;
+use gpuslice_cuda_abi::pfn;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
 use std::ffi::{c_char, c_void};
@@ -62,9 +64,8 @@ fn record_free(graph: CUgraph, va: u64) {
 /// `cuGraphAddMemAllocNode`: the address and size are recorded; memory is charged at launch.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemAllocNode(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphAddMemAllocNode(
     node: *mut CUgraphNode,
     graph: CUgraph,
     deps: *const CUgraphNode,
@@ -84,9 +85,8 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
 /// `cuGraphAddMemFreeNode`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemFreeNode(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphAddMemFreeNode(
     node: *mut CUgraphNode,
     graph: CUgraph,
     deps: *const CUgraphNode,
@@ -134,9 +134,8 @@ unsafe fn record_generic(graph: CUgraph, params: *const u8) {
 /// `cuGraphAddNode` (CUDA 12.2): memory nodes are recorded as by the dedicated calls.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddNode(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphAddNode(
     node: *mut CUgraphNode,
     graph: CUgraph,
     deps: *const CUgraphNode,
@@ -155,9 +154,8 @@ pub unsafe extern "C" fn cuGraphAddNode(
 /// `cuGraphAddNode_v2` (CUDA 12.3, with edge data).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddNode_v2(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphAddNode_v2(
     node: *mut CUgraphNode,
     graph: CUgraph,
     deps: *const CUgraphNode,
@@ -177,9 +175,8 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
 /// `cuGraphClone`: the clone holds the same memory nodes.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) -> R {
     let r = call!(cuGraphClone; clone, original);
     if r == CUDA_SUCCESS && !clone.is_null() {
         if let Some(g) = memory_gate() {
@@ -197,9 +194,8 @@ pub unsafe extern "C" fn cuGraphClone(clone: *mut CUgraph, original: CUgraph) ->
 /// `cuGraphDestroy`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphDestroy(graph: CUgraph) -> R {
     let r = call!(cuGraphDestroy; graph);
     if r == CUDA_SUCCESS {
         if let Some(g) = memory_gate() {
@@ -230,9 +226,8 @@ fn record_exec(r: R, exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> R {
 /// `cuGraphInstantiate` (CUDA 10 form).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiate(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphInstantiate(
     exec: *mut CUgraphExec,
     graph: CUgraph,
     err: *mut CUgraphNode,
@@ -247,9 +242,8 @@ pub unsafe extern "C" fn cuGraphInstantiate(
 /// `cuGraphInstantiate_v2`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiate_v2(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphInstantiate_v2(
     exec: *mut CUgraphExec,
     graph: CUgraph,
     err: *mut CUgraphNode,
@@ -264,9 +258,8 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
 /// `cuGraphInstantiateWithFlags` (`cuGraphInstantiate` from CUDA 12.0 on).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphInstantiateWithFlags(
     exec: *mut CUgraphExec,
     graph: CUgraph,
     flags: u64,
@@ -284,25 +277,25 @@ fn params_flags(p: *const CUDA_GRAPH_INSTANTIATE_PARAMS) -> u64 {
     }
 }
 
-legacy_and_ptsz! {
-    /// `cuGraphInstantiateWithParams`, `cuGraphInstantiateWithParams_ptsz`.
-    fn cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz(
-        exec: *mut CUgraphExec,
-        graph: CUgraph,
-        p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
-    ) -> R;
-    |real, per_thread| {
-        let r = real(exec, graph, p);
-        record_exec(r, exec, graph, params_flags(p))
-    }
+/// `cuGraphInstantiateWithParams`, `cuGraphInstantiateWithParams_ptsz`.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphInstantiateWithParams(
+    twin: Twin<pfn::cuGraphInstantiateWithParams>,
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    p: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+) -> R {
+    let r = forward!(twin; exec, graph, p);
+    record_exec(r, exec, graph, params_flags(p))
 }
 
 /// `cuGraphExecDestroy`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
     let r = call!(cuGraphExecDestroy; exec);
     if r == CUDA_SUCCESS {
         if let Some(g) = memory_gate() {
@@ -317,9 +310,8 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> R {
 /// `cuDeviceGraphMemTrim`: the driver releases cached graph memory; cache charges follow.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: CUdevice) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuDeviceGraphMemTrim(dev: CUdevice) -> R {
     let r = call!(cuDeviceGraphMemTrim; dev);
     if r == CUDA_SUCCESS {
         if let (Some(_g), Some(g)) = (guard::enter(), memory_gate()) {

@@ -6,8 +6,10 @@
 
 #![allow(non_snake_case)]
 
+use crate::entry::Twin;
 use crate::gate::{after_launch, before_launch};
 use gpuslice_cuda_abi::exec::CUlaunchConfig;
+use gpuslice_cuda_abi::pfn;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
 use std::ffi::{c_uint, c_void};
@@ -26,24 +28,30 @@ fn gated_launch(stream: CUstream, launch: impl FnOnce() -> R) -> R {
     r
 }
 
-legacy_and_ptsz! {
-    /// `cuLaunchKernel`, `cuLaunchKernel_ptsz`.
-    fn cuLaunchKernel, cuLaunchKernel_ptsz(
-        f: CUfunction,
-        gx: c_uint,
-        gy: c_uint,
-        gz: c_uint,
-        bx: c_uint,
-        by: c_uint,
-        bz: c_uint,
-        shmem: c_uint,
-        stream: CUstream,
-        params: *mut *mut c_void,
-        extra: *mut *mut c_void,
-    ) -> R;
-    |real, per_thread| gated_launch(stream, || {
-        real(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra)
-    })
+/// `cuLaunchKernel`, `cuLaunchKernel_ptsz`.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+// The driver's C signature, plus the twin.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn cuLaunchKernel(
+    twin: Twin<pfn::cuLaunchKernel>,
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shmem: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> R {
+    gated_launch(
+        stream,
+        || forward!(twin; f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra),
+    )
 }
 
 fn config_stream(config: *const CUlaunchConfig) -> CUstream {
@@ -55,41 +63,64 @@ fn config_stream(config: *const CUlaunchConfig) -> CUstream {
     }
 }
 
-legacy_and_ptsz! {
-    /// `cuLaunchKernelEx`, `cuLaunchKernelEx_ptsz`.
-    fn cuLaunchKernelEx, cuLaunchKernelEx_ptsz(
-        config: *const CUlaunchConfig,
-        f: CUfunction,
-        params: *mut *mut c_void,
-        extra: *mut *mut c_void,
-    ) -> R;
-    |real, per_thread| gated_launch(config_stream(config), || real(config, f, params, extra))
+/// `cuLaunchKernelEx`, `cuLaunchKernelEx_ptsz`.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuLaunchKernelEx(
+    twin: Twin<pfn::cuLaunchKernelEx>,
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> R {
+    gated_launch(
+        config_stream(config),
+        || forward!(twin; config, f, params, extra),
+    )
 }
 
-legacy_and_ptsz! {
-    /// `cuLaunchCooperativeKernel`, `cuLaunchCooperativeKernel_ptsz`.
-    fn cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz(
-        f: CUfunction,
-        gx: c_uint,
-        gy: c_uint,
-        gz: c_uint,
-        bx: c_uint,
-        by: c_uint,
-        bz: c_uint,
-        shmem: c_uint,
-        stream: CUstream,
-        params: *mut *mut c_void,
-    ) -> R;
-    |real, per_thread| gated_launch(stream, || {
-        real(f, gx, gy, gz, bx, by, bz, shmem, stream, params)
-    })
+/// `cuLaunchCooperativeKernel`, `cuLaunchCooperativeKernel_ptsz`.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+// The driver's C signature, plus the twin.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn cuLaunchCooperativeKernel(
+    twin: Twin<pfn::cuLaunchCooperativeKernel>,
+    f: CUfunction,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shmem: c_uint,
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> R {
+    gated_launch(
+        stream,
+        || forward!(twin; f, gx, gy, gz, bx, by, bz, shmem, stream, params),
+    )
 }
 
-legacy_and_ptsz! {
-    /// `cuGraphLaunch`, `cuGraphLaunch_ptsz`: gated like a kernel launch; graph memory nodes are
-    /// charged first.
-    fn cuGraphLaunch, cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) -> R;
-    |real, per_thread| gated_launch(stream, || {
-        crate::graph::launch(exec, stream, per_thread, || real(exec, stream))
+/// `cuGraphLaunch`, `cuGraphLaunch_ptsz`: gated like a kernel launch; graph memory nodes are
+/// charged first.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGraphLaunch(
+    twin: Twin<pfn::cuGraphLaunch>,
+    exec: CUgraphExec,
+    stream: CUstream,
+) -> R {
+    gated_launch(stream, || {
+        crate::graph::launch(
+            exec,
+            stream,
+            twin.per_thread,
+            || forward!(twin; exec, stream),
+        )
     })
 }

@@ -6,15 +6,17 @@
 //!
 //! Modules, bottom to top (no module imports one above it; `tests/layers.rs` checks there is
 //! no circle): `log`, `guard` (re-entrancy), `ctor` (the only load-time work); `real` / `elf`
-//! (finding the real functions); `driver` (queries of the real driver: current device, UUID,
+//! (finding the real functions); `entry` (the generator of the exported shells and the lookup
+//! table, and the `Twin` of a `_ptsz` pair); `driver` (queries of the real driver: current device, UUID,
 //! real total, pool and graph reserves, stream-ordered callbacks); `graphmem` (graph-memory
 //! bookkeeping, plain data); `state` (the memory gate: mode, caps, charges, tables); `charge`
 //! (what every allocating wrapper does around the real call: reserve-then-allocate,
-//! free-then-uncharge, pool and graph-cache corrections); the export modules `cuda` / `pool` /
-//! `array` / `graph` / `context` / `nvml` / `nvml_procs` / `nvml_private` (the wrappers and the
-//! slice's totals and NVML view) and `launch` (launch entry points) calling `gate` (the launch
-//! gate); `table` (name → wrapper, with the `cuGetProcAddress` wrappers) and `dl`
-//! (dlsym/dlvsym) on top.
+//! free-then-uncharge, pool and graph-cache corrections); the modules behind the exports, `cuda`
+//! / `pool` / `array` / `graph` / `context` / `nvml` / `nvml_procs` / `nvml_private` (the
+//! wrappers' implementations and the slice's totals and NVML view) and `launch` (launch entry
+//! points) calling `gate` (the launch gate); `table` (the exported shells, generated from the
+//! one declaration in `gpuslice_cuda_abi::for_each_wrapped!`, name → shell, and the
+//! `cuGetProcAddress` implementations) and `dl` (dlsym/dlvsym) on top.
 
 // The wrappers are `extern "C"` and the profiles abort on panic, so a panic kills the
 // application: no panicking construct outside tests.
@@ -33,6 +35,8 @@
 
 #[macro_use]
 pub mod real;
+#[macro_use]
+pub mod entry;
 pub mod array;
 pub mod charge;
 pub mod context;

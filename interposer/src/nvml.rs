@@ -63,9 +63,8 @@ pub(crate) fn slice_total(device: nvmlDevice_t) -> Option<u64> {
 /// `nvmlDeviceGetMemoryInfo`.
 ///
 /// # Safety
-/// C ABI; same contract as NVML's.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
+/// NVML's contract for the function of this name.
+pub(crate) unsafe fn nvmlDeviceGetMemoryInfo(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_t,
 ) -> nvmlReturn_t {
@@ -89,9 +88,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
 /// `nvmlDeviceGetMemoryInfo_v2`.
 ///
 /// # Safety
-/// C ABI; same contract as NVML's.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+/// NVML's contract for the function of this name.
+pub(crate) unsafe fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {

@@ -65,9 +65,8 @@ fn own_utilization(device: nvmlDevice_t) -> Option<(u32, u32)> {
 /// `nvmlDeviceGetUtilizationRates`: the slice's own utilisation inside a slice.
 ///
 /// # Safety
-/// C ABI; same contract as NVML's.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+/// NVML's contract for the function of this name.
+pub(crate) unsafe fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     utilization: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
@@ -105,9 +104,8 @@ macro_rules! hidden_in_slice {
         /// The NVML function of the same name; `NVML_ERROR_NOT_SUPPORTED` inside a slice.
         ///
         /// # Safety
-        /// C ABI; same contract as NVML's.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $t),*) -> nvmlReturn_t {
+        /// NVML's contract for the function of this name.
+        pub(crate) unsafe fn $name($($arg: $t),*) -> nvmlReturn_t {
             let Some(f) = crate::real!(nvml_sym $name) else {
                 return NVML_ERROR_FUNCTION_NOT_FOUND;
             };

@@ -149,9 +149,8 @@ macro_rules! process_list {
         /// The NVML function of the same name, listing only the slice's processes.
         ///
         /// # Safety
-        /// C ABI; same contract as NVML's.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
+        /// NVML's contract for the function of this name.
+        pub(crate) unsafe fn $name(
             device: nvmlDevice_t,
             count: *mut c_uint,
             infos: *mut $t,
@@ -189,9 +188,8 @@ process_list!(
 /// `nvmlDeviceGetProcessUtilization`, sampling only the slice's processes.
 ///
 /// # Safety
-/// C ABI; same contract as NVML's.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
+/// NVML's contract for the function of this name.
+pub(crate) unsafe fn nvmlDeviceGetProcessUtilization(
     device: nvmlDevice_t,
     samples: *mut nvmlProcessUtilizationSample_t,
     count: *mut c_uint,

@@ -9,9 +9,11 @@
 
 use crate::charge::{round, site, sync_locked, sync_pools};
 use crate::driver::{current_pool, in_stream_order, pool_attr};
+use crate::entry::Twin;
 use crate::guard;
 use crate::state::{memory_gate, PoolCharge};
 use gpuslice_cuda_abi::memory::*;
+use gpuslice_cuda_abi::pfn;
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::*;
 use std::ffi::c_void;
@@ -121,28 +123,38 @@ fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) 
     r
 }
 
-legacy_and_ptsz! {
-    /// `cuMemAllocAsync`, `cuMemAllocAsync_ptsz`.
-    fn cuMemAllocAsync, cuMemAllocAsync_ptsz(
-        dptr: *mut CUdeviceptr,
-        bytesize: usize,
-        stream: CUstream,
-    ) -> R;
-    |real, per_thread| pool_alloc(None, bytesize as u64, || real(dptr, bytesize, stream))
+/// `cuMemAllocAsync`, `cuMemAllocAsync_ptsz`.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemAllocAsync(
+    twin: Twin<pfn::cuMemAllocAsync>,
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    stream: CUstream,
+) -> R {
+    pool_alloc(
+        None,
+        bytesize as u64,
+        || forward!(twin; dptr, bytesize, stream),
+    )
 }
 
-legacy_and_ptsz! {
-    /// `cuMemAllocFromPoolAsync`, `cuMemAllocFromPoolAsync_ptsz`.
-    fn cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz(
-        dptr: *mut CUdeviceptr,
-        bytesize: usize,
-        pool: CUmemoryPool,
-        stream: CUstream,
-    ) -> R;
-    |real, per_thread| pool_alloc(
+/// `cuMemAllocFromPoolAsync`, `cuMemAllocFromPoolAsync_ptsz`.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemAllocFromPoolAsync(
+    twin: Twin<pfn::cuMemAllocFromPoolAsync>,
+    dptr: *mut CUdeviceptr,
+    bytesize: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> R {
+    pool_alloc(
         Some(pool).filter(|p| !p.is_null()),
         bytesize as u64,
-        || real(dptr, bytesize, pool, stream),
+        || forward!(twin; dptr, bytesize, pool, stream),
     )
 }
 
@@ -171,22 +183,29 @@ fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce
     r
 }
 
-legacy_and_ptsz! {
-    /// `cuMemFreeAsync`, `cuMemFreeAsync_ptsz`: the charge of plain memory returns when the
-    /// stream reaches the free.
-    fn cuMemFreeAsync, cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) -> R;
-    |real, per_thread| free_async(dptr, stream, per_thread, || real(dptr, stream))
+/// `cuMemFreeAsync`, `cuMemFreeAsync_ptsz`: the charge of plain memory returns when the
+/// stream reaches the free.
+///
+/// # Safety
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemFreeAsync(
+    twin: Twin<pfn::cuMemFreeAsync>,
+    dptr: CUdeviceptr,
+    stream: CUstream,
+) -> R {
+    free_async(
+        dptr,
+        stream,
+        twin.per_thread,
+        || forward!(twin; dptr, stream),
+    )
 }
 
 /// `cuMemPoolCreate`: remembers the pool's device so its allocations are charged there.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemPoolCreate(
-    pool: *mut CUmemoryPool,
-    props: *const CUmemPoolProps,
-) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPoolProps) -> R {
     let r = call!(cuMemPoolCreate; pool, props);
     if r != CUDA_SUCCESS || pool.is_null() || props.is_null() {
         return r;
@@ -234,9 +253,8 @@ fn got_pool(r: R, pool: *mut CUmemoryPool, loc: *const CUmemLocation) -> R {
 /// remembered so `cuMemAllocFromPoolAsync` with it is charged on that device.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetDefaultMemPool(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemGetDefaultMemPool(
     pool: *mut CUmemoryPool,
     loc: *const CUmemLocation,
     kind: CUmemAllocationType,
@@ -248,9 +266,8 @@ pub unsafe extern "C" fn cuMemGetDefaultMemPool(
 /// `cuMemGetMemPool` (CUDA 13.0): a location's current pool (remembered as above).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemGetMemPool(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemGetMemPool(
     pool: *mut CUmemoryPool,
     loc: *const CUmemLocation,
     kind: CUmemAllocationType,
@@ -263,9 +280,8 @@ pub unsafe extern "C" fn cuMemGetMemPool(
 /// whose device is remembered; the charge follows what it reserves, as for any pool.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemSetMemPool(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemSetMemPool(
     loc: *const CUmemLocation,
     kind: CUmemAllocationType,
     pool: CUmemoryPool,
@@ -281,9 +297,8 @@ pub unsafe extern "C" fn cuMemSetMemPool(
 /// synchronisation; charges follow the reserved size, re-read here.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemPoolSetAttribute(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemPoolSetAttribute(
     pool: CUmemoryPool,
     attr: CUmemPool_attribute,
     value: *mut c_void,
@@ -300,9 +315,8 @@ pub unsafe extern "C" fn cuMemPoolSetAttribute(
 /// `cuMemPoolTrimTo`: after trimming, pool charges follow the reserved sizes down.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
     let r = call!(cuMemPoolTrimTo; pool, keep);
     if let (Some(_g), Some(g)) = (guard::enter(), memory_gate()) {
         sync_pools(g);
@@ -313,9 +327,8 @@ pub unsafe extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> R {
 /// `cuMemPoolDestroy`: the pool's memory goes back to the device.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> R {
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuMemPoolDestroy(pool: CUmemoryPool) -> R {
     let r = call!(cuMemPoolDestroy; pool);
     if r == CUDA_SUCCESS {
         if let Some(g) = memory_gate() {

@@ -1,5 +1,9 @@
-//! Export name → our wrapper, for `dlsym`/`dlvsym` and `cuGetProcAddress`, and the
-//! `cuGetProcAddress` wrappers themselves (the table names them too).
+//! Export name → our wrapper, for `dlsym`/`dlvsym` and `cuGetProcAddress`: the exported shells
+//! and the table are generated (`crate::entry`) from the declaration in
+//! `gpuslice_cuda_abi::for_each_wrapped!`; and the `cuGetProcAddress` implementations
+//! themselves.
+
+#![allow(non_snake_case)]
 
 use gpuslice_cuda_abi::procaddr::{resolve, CUdriverProcAddressQueryResult};
 use gpuslice_cuda_abi::result::*;
@@ -7,70 +11,23 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 type R = CUresult;
 
-macro_rules! table {
-    ($($m:ident :: $f:ident),* $(,)?) => {
-        /// Our wrapper for the exported symbol `name`, if we wrap it.
-        pub fn lookup(name: &[u8]) -> Option<*mut c_void> {
-            $(
-                if name == stringify!($f).as_bytes() {
-                    return Some(crate::$m::$f as *mut c_void);
-                }
-            )*
-            None
-        }
-        /// Every symbol we wrap.
-        pub const WRAPPED: &[&str] = &[$(stringify!($f)),*];
-        // Each wrapper has the C signature declared once in `gpuslice_cuda_abi::pfn`: a
-        // wrapper that drifted from it does not compile.
-        $(const _: gpuslice_cuda_abi::pfn::$f = crate::$m::$f;)*
-    };
+/// The implementation behind each exported shell, by its C name: each lives in the module that
+/// owns its behaviour (the `cuGetProcAddress` pair here).
+mod imp {
+    pub(super) use super::{cuGetProcAddress, cuGetProcAddress_v2};
+    pub(super) use crate::array::*;
+    pub(super) use crate::context::*;
+    pub(super) use crate::cuda::*;
+    pub(super) use crate::graph::*;
+    pub(super) use crate::launch::*;
+    pub(super) use crate::nvml::*;
+    pub(super) use crate::nvml_private::*;
+    pub(super) use crate::nvml_procs::*;
+    pub(super) use crate::pool::*;
 }
 
-table! {
-    cuda::cuMemAlloc, cuda::cuMemAlloc_v2, cuda::cuMemAllocManaged,
-    cuda::cuMemAllocPitch, cuda::cuMemAllocPitch_v2,
-    cuda::cuMemFree, cuda::cuMemFree_v2,
-    cuda::cuMemGetInfo, cuda::cuMemGetInfo_v2,
-    cuda::cuDeviceTotalMem, cuda::cuDeviceTotalMem_v2,
-    cuda::cuMemCreate, cuda::cuMemRelease,
-    table::cuGetProcAddress, table::cuGetProcAddress_v2,
-    context::cuCtxCreate, context::cuCtxCreate_v2, context::cuCtxCreate_v3,
-    context::cuCtxCreate_v4, context::cuDevicePrimaryCtxRetain,
-    context::cuStreamSynchronize, context::cuStreamSynchronize_ptsz, context::cuEventSynchronize,
-    pool::cuMemAllocAsync, pool::cuMemAllocAsync_ptsz,
-    pool::cuMemAllocFromPoolAsync, pool::cuMemAllocFromPoolAsync_ptsz,
-    pool::cuMemFreeAsync, pool::cuMemFreeAsync_ptsz,
-    pool::cuMemPoolCreate, pool::cuMemPoolSetAttribute,
-    pool::cuMemPoolTrimTo, pool::cuMemPoolDestroy,
-    pool::cuMemGetDefaultMemPool, pool::cuMemGetMemPool, pool::cuMemSetMemPool,
-    array::cuArrayCreate, array::cuArrayCreate_v2,
-    array::cuArray3DCreate, array::cuArray3DCreate_v2, array::cuArrayDestroy,
-    array::cuMipmappedArrayCreate, array::cuMipmappedArrayDestroy,
-    graph::cuGraphAddMemAllocNode, graph::cuGraphAddMemFreeNode,
-    graph::cuGraphAddNode, graph::cuGraphAddNode_v2, graph::cuGraphClone, graph::cuGraphDestroy,
-    graph::cuGraphInstantiate, graph::cuGraphInstantiate_v2, graph::cuGraphInstantiateWithFlags,
-    graph::cuGraphInstantiateWithParams, graph::cuGraphInstantiateWithParams_ptsz,
-    graph::cuGraphExecDestroy, graph::cuDeviceGraphMemTrim,
-    launch::cuLaunchKernel, launch::cuLaunchKernel_ptsz,
-    launch::cuLaunchKernelEx, launch::cuLaunchKernelEx_ptsz,
-    launch::cuLaunchCooperativeKernel, launch::cuLaunchCooperativeKernel_ptsz,
-    launch::cuGraphLaunch, launch::cuGraphLaunch_ptsz,
-    nvml::nvmlDeviceGetMemoryInfo, nvml::nvmlDeviceGetMemoryInfo_v2,
-    nvml_procs::nvmlDeviceGetComputeRunningProcesses,
-    nvml_procs::nvmlDeviceGetComputeRunningProcesses_v2,
-    nvml_procs::nvmlDeviceGetComputeRunningProcesses_v3,
-    nvml_procs::nvmlDeviceGetGraphicsRunningProcesses,
-    nvml_procs::nvmlDeviceGetGraphicsRunningProcesses_v2,
-    nvml_procs::nvmlDeviceGetGraphicsRunningProcesses_v3,
-    nvml_procs::nvmlDeviceGetMPSComputeRunningProcesses_v3,
-    nvml_procs::nvmlDeviceGetProcessUtilization,
-    nvml_private::nvmlDeviceGetUtilizationRates, nvml_private::nvmlDeviceGetPowerUsage,
-    nvml_private::nvmlDeviceGetTotalEnergyConsumption, nvml_private::nvmlDeviceGetTemperature,
-    nvml_private::nvmlDeviceGetFanSpeed, nvml_private::nvmlDeviceGetFanSpeed_v2,
-    nvml_private::nvmlDeviceGetClockInfo, nvml_private::nvmlDeviceGetClock,
-    nvml_private::nvmlDeviceGetPerformanceState,
-    nvml_private::nvmlDeviceGetEncoderUtilization, nvml_private::nvmlDeviceGetDecoderUtilization,
-}
+// The shells (`export::*`), `lookup` and `WRAPPED`, from the one declaration in abi.
+gpuslice_cuda_abi::for_each_wrapped!(wrappers);
 
 // `cuGetProcAddress`: the driver answers, and for names we wrap the pointer is our wrapper.
 
@@ -112,9 +69,8 @@ fn driver_version() -> Option<c_int> {
 /// the pointer is our wrapper of the variant the driver chose by `cudaVersion` and `flags`.
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGetProcAddress_v2(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
@@ -132,9 +88,8 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 /// `cuGetProcAddress` (CUDA 11.3–11.8 signature).
 ///
 /// # Safety
-/// C ABI; same contract as the driver's.
-#[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(
+/// The driver's contract for the function of this name.
+pub(crate) unsafe fn cuGetProcAddress(
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,

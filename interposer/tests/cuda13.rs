@@ -20,14 +20,16 @@ use support::{field, setup, Driver, MIB};
 const VERSIONS: [c_int; 3] = [12080, 12090, 13000];
 const PTDS: u64 = 2;
 
-/// Every export we wrap, read from the interposer's own table (`src/table.rs`), so a wrapper
-/// added there is tested here without editing this file.
+/// Every CUDA export we wrap, from the declaration the interposer's shells and table are
+/// generated from (`gpuslice_cuda_abi::for_each_wrapped!`; `tests/exports.rs` checks the table
+/// against it), so a wrapper added there is tested here without editing this file. Not
+/// `gpuslice::table::WRAPPED`: linking the table into this binary would link its exported
+/// shells too, beside the preloaded library's.
 fn wrapped() -> BTreeSet<String> {
-    let src = include_str!("../src/table.rs");
-    let body = &src[src.find("table! {").expect("table! invocation")..];
-    body.split(|c: char| c.is_whitespace() || c == ',')
-        .filter_map(|w| w.split_once("::").map(|(_, f)| f.to_string()))
+    gpuslice_cuda_abi::exports::WRAPPED
+        .iter()
         .filter(|f| f.starts_with("cu"))
+        .map(|f| f.to_string())
         .collect()
 }
 

@@ -41,17 +41,19 @@ mod abi_check {
         array::*, context::*, device::*, event::*, graph::*, ipc::*, launch::*, memory::*,
         module::*, pool::*, procaddr::*, stream::*, vmm::*,
     };
-    // One name at a time, so the few the simulator does not implement can be skipped.
+    // The interposer's declaration (`for_each_wrapped!`), its CUDA part: one name at a time, so
+    // the few the simulator does not implement can be skipped.
     macro_rules! check {
-        () => {};
-        (cuDeviceGraphMemTrim $(, $rest:ident)*) => { check!($($rest),*); };
-        (cuGraphAddNode $(, $rest:ident)*) => { check!($($rest),*); };
-        (cuGraphAddNode_v2 $(, $rest:ident)*) => { check!($($rest),*); };
-        (cuGraphClone $(, $rest:ident)*) => { check!($($rest),*); };
-        ($name:ident $(, $rest:ident)*) => {
+        (cuda { $($w:ident $(/ $twin:ident)? ($($p:tt)*) -> $r:ty;)* } nvml { $($nvml:tt)* }) => {
+            $(check!(@one $w); $(check!(@one $twin);)?)*
+        };
+        (@one cuDeviceGraphMemTrim) => {};
+        (@one cuGraphAddNode) => {};
+        (@one cuGraphAddNode_v2) => {};
+        (@one cuGraphClone) => {};
+        (@one $name:ident) => {
             const _: gpuslice_cuda_abi::pfn::$name = $name;
-            check!($($rest),*);
         };
     }
-    gpuslice_cuda_abi::for_each_wrapped_cuda!(check);
+    gpuslice_cuda_abi::for_each_wrapped!(check);
 }
