@@ -118,6 +118,8 @@ fn synced(r: R) -> R {
 ///
 /// # Safety
 /// The driver's contract for the function of this name.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 pub(crate) unsafe fn cuStreamSynchronize(twin: Twin<pfn::cuStreamSynchronize>, h: CUstream) -> R {
     synced(forward!(twin; h))
 }

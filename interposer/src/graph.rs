@@ -281,6 +281,8 @@ fn params_flags(p: *const CUDA_GRAPH_INSTANTIATE_PARAMS) -> u64 {
 ///
 /// # Safety
 /// The driver's contract for the function of this name.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 pub(crate) unsafe fn cuGraphInstantiateWithParams(
     twin: Twin<pfn::cuGraphInstantiateWithParams>,
     exec: *mut CUgraphExec,

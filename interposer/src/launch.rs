@@ -33,6 +33,8 @@ fn gated_launch(stream: CUstream, launch: impl FnOnce() -> R) -> R {
 /// # Safety
 /// The driver's contract for the function of this name.
 // The driver's C signature, plus the twin.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn cuLaunchKernel(
     twin: Twin<pfn::cuLaunchKernel>,
@@ -67,6 +69,8 @@ fn config_stream(config: *const CUlaunchConfig) -> CUstream {
 ///
 /// # Safety
 /// The driver's contract for the function of this name.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 pub(crate) unsafe fn cuLaunchKernelEx(
     twin: Twin<pfn::cuLaunchKernelEx>,
     config: *const CUlaunchConfig,
@@ -85,6 +89,8 @@ pub(crate) unsafe fn cuLaunchKernelEx(
 /// # Safety
 /// The driver's contract for the function of this name.
 // The driver's C signature, plus the twin.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn cuLaunchCooperativeKernel(
     twin: Twin<pfn::cuLaunchCooperativeKernel>,
@@ -110,6 +116,8 @@ pub(crate) unsafe fn cuLaunchCooperativeKernel(
 ///
 /// # Safety
 /// The driver's contract for the function of this name.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 pub(crate) unsafe fn cuGraphLaunch(
     twin: Twin<pfn::cuGraphLaunch>,
     exec: CUgraphExec,

@@ -127,6 +127,8 @@ fn pool_alloc(pool: Option<CUmemoryPool>, size: u64, alloc: impl FnOnce() -> R) 
 ///
 /// # Safety
 /// The driver's contract for the function of this name.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 pub(crate) unsafe fn cuMemAllocAsync(
     twin: Twin<pfn::cuMemAllocAsync>,
     dptr: *mut CUdeviceptr,
@@ -144,6 +146,8 @@ pub(crate) unsafe fn cuMemAllocAsync(
 ///
 /// # Safety
 /// The driver's contract for the function of this name.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 pub(crate) unsafe fn cuMemAllocFromPoolAsync(
     twin: Twin<pfn::cuMemAllocFromPoolAsync>,
     dptr: *mut CUdeviceptr,
@@ -188,6 +192,8 @@ fn free_async(dptr: CUdeviceptr, stream: CUstream, ptsz: bool, free: impl FnOnce
 ///
 /// # Safety
 /// The driver's contract for the function of this name.
+// Inlined into both shells of the pair: the twin is a constant there.
+#[inline]
 pub(crate) unsafe fn cuMemFreeAsync(
     twin: Twin<pfn::cuMemFreeAsync>,
     dptr: CUdeviceptr,
