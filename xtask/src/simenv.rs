@@ -61,6 +61,13 @@ impl SimNode {
             self.engine
                 .map(|e| ("GPUSLICE_SIM_ENGINE".to_string(), e.to_string())),
         )
+        // The engine's time slice, when the caller set one: every process sharing the state
+        // file (this one's own reader too) must agree on it.
+        .chain(
+            std::env::var("GPUSLICE_SIM_TIMESLICE_US")
+                .ok()
+                .map(|v| ("GPUSLICE_SIM_TIMESLICE_US".to_string(), v)),
+        )
         .collect()
     }
 
