@@ -10,7 +10,6 @@
 //!   slice id and the host state directory: nothing;
 //! * lists its slice directory: its own files only.
 
-use gpuslice_e2e::arbiter::Arbiter;
 use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::paths;
 use gpuslice_e2e::runc::{make_bundle, run_bundle, Spec};
@@ -55,7 +54,7 @@ fn tenant_cannot_write_its_limits_or_reach_the_arbiter() -> anyhow::Result<()> {
         return Ok(());
     }
     let node = Node::new("iso")?;
-    let arbiter = Arbiter::start(&node.scratch, &node.sim)?;
+    let arbiter = node.start_arbiter()?;
     // A neighbour slice on the same node.
     let mut s = UnixStream::connect(arbiter.state_dir.join("arbiter.sock"))?;
     writeln!(
