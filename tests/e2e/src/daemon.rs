@@ -52,9 +52,7 @@ impl Daemon {
 
     /// The last `n` lines of the log.
     pub fn log_tail(&self, n: usize) -> String {
-        let l = self.log();
-        let lines: Vec<&str> = l.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        gpuslice_test_support::tail_lines(&self.log(), n)
     }
 
     /// Wait until a unix socket at `sock` accepts connections.

@@ -207,9 +207,7 @@ impl Arbiter {
 
     /// The last `n` lines of the log.
     pub fn log_tail(&self, n: usize) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        crate::tail_lines(&self.log(), n)
     }
 }
 

@@ -11,3 +11,9 @@ pub mod wait;
 
 pub use arbiter::Arbiter;
 pub use node::{profile_dir, NodeConfig, SimNode};
+
+/// The last `n` lines of `text` (a daemon's log, for failure messages).
+pub fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
