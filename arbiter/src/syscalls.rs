@@ -74,18 +74,9 @@ pub fn note_futex_waitv(e: Option<&io::Error>) {
 
 /// `futex_waitv` with no words: `EINVAL` where the call exists, `ENOSYS` where it does not.
 fn probe_futex_waitv() -> bool {
-    // SAFETY: zero waiters and a null timeout: the kernel reads no memory.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_futex_waitv,
-            std::ptr::null::<u8>(),
-            0u32,
-            0u32,
-            std::ptr::null::<libc::timespec>(),
-            libc::CLOCK_MONOTONIC,
-        )
-    };
-    !(rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+    // SAFETY: zero entries: the kernel reads no memory.
+    let r = unsafe { gpuslice_region::futex::waitv(&[], None) };
+    !r.is_err_and(|e| e.raw_os_error() == Some(libc::ENOSYS))
 }
 
 /// The running kernel's release (`uname -r`).

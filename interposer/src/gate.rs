@@ -26,6 +26,7 @@ use crate::state::memory_gate;
 use gpuslice_cuda_abi::exec::{CU_EVENT_DISABLE_TIMING, CU_STREAM_LEGACY_HANDLE};
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
+use gpuslice_region::futex;
 use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, MAX_DEVICES};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -348,72 +349,22 @@ fn settle(e: usize) {
 }
 
 fn futex_wait(addr: *const u32, val: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
     // SAFETY: `addr` is a word of a live shared mapping held by the process-wide gate state for
-    // the life of the process; FUTEX_WAIT only reads it; `ts` outlives the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            addr,
-            libc::FUTEX_WAIT,
-            val,
-            &ts as *const libc::timespec,
-        );
-    }
+    // the life of the process.
+    unsafe { futex::wait(addr, val, false, timeout) };
 }
 
 /// Waits until the word at `a` is no longer `va` or the one at `b` no longer `vb` (woken),
 /// at most 1 s (`futex_waitv`; before Linux 5.16, a wait on `a` alone of at most 20 ms).
 fn futex_wait2(a: *const u32, va: u32, b: *const u32, vb: u32) {
-    #[repr(C)]
-    struct Waitv {
-        val: u64,
-        uaddr: u64,
-        flags: u32,
-        reserved: u32,
-    }
-    const FUTEX_32: u32 = 2;
     static NO_WAITV: AtomicBool = AtomicBool::new(false);
     if !NO_WAITV.load(Relaxed) {
         let v = [
-            Waitv {
-                val: u64::from(va),
-                uaddr: a as u64,
-                flags: FUTEX_32,
-                reserved: 0,
-            },
-            Waitv {
-                val: u64::from(vb),
-                uaddr: b as u64,
-                flags: FUTEX_32,
-                reserved: 0,
-            },
+            futex::Waitv::new(a, va, false),
+            futex::Waitv::new(b, vb, false),
         ];
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec += 1;
-        // SAFETY: two valid entries naming live words of shared mappings the process-wide gate
-        // state holds; the kernel only reads them; `ts` is an absolute CLOCK_MONOTONIC time
-        // that outlives the call.
-        let rc = unsafe {
-            libc::syscall(
-                449 as libc::c_long,
-                v.as_ptr(),
-                2 as libc::c_uint,
-                0u32,
-                &ts as *const libc::timespec,
-                libc::CLOCK_MONOTONIC,
-            )
-        };
-        let err = std::io::Error::last_os_error().raw_os_error();
-        if rc >= 0 || matches!(err, Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR)) {
+        // SAFETY: both name live words of shared mappings the process-wide gate state holds.
+        if unsafe { futex::waitv(&v, Some(futex::now_ns() + 1_000_000_000)) }.is_ok() {
             return;
         }
         // ENOSYS (before 5.16), or refused by a seccomp filter: one word, timed.
@@ -423,10 +374,8 @@ fn futex_wait2(a: *const u32, va: u32, b: *const u32, vb: u32) {
 }
 
 fn futex_wake(addr: *const u32) {
-    // SAFETY: FUTEX_WAKE uses the address of a live mapped word as a key only.
-    unsafe {
-        libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX);
-    }
+    // SAFETY: the address of a live mapped word (a key only).
+    unsafe { futex::wake_shared(addr) };
 }
 
 fn current_ctx() -> usize {

@@ -7,7 +7,8 @@
 //! `files` (typed views, creation), `protocol` (reserve / release / reclaim, generic so that the
 //! model test can run it on `loom` atomics), `atomics` (the word traits it uses), `liveness`
 //! (`/proc` pid + start time), `quantity` (`512Mi`, `25%`, HAMi limits), `sigbus` (readers of
-//! tenant-writable files survive the tenant truncating them).
+//! tenant-writable files survive the tenant truncating them), `futex` (the waits and wakes on
+//! region words that the launch gate and the scheduler share).
 
 // Readers of tenant-writable memory and the interposer's C paths must not panic (the profiles
 // abort on panic): no unwrap, expect, panic or unchecked indexing outside tests.
@@ -32,6 +33,7 @@
 pub mod atomics;
 pub mod error;
 pub mod files;
+pub mod futex;
 pub mod layout;
 pub mod liveness;
 pub mod map;

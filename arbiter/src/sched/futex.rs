@@ -1,78 +1,22 @@
-//! The futex calls of the scheduler loop: wake the waiters of a lease word, wait on one word
-//! (the drain counter) and wait on many at once (`futex_waitv`: the demand words of every slice
-//! of a device plus the loop's control word), each with an absolute CLOCK_MONOTONIC deadline.
-//! Where the kernel lacks `futex_waitv` (before 5.16; gVisor) or fallbacks are forced
+//! The scheduler loop's waits: on one word (the drain counter) and on many at once
+//! (`futex_waitv`: the demand words of every slice of a device plus the loop's control word),
+//! each with an absolute CLOCK_MONOTONIC deadline. The calls themselves are region's
+//! (`gpuslice_region::futex`, shared with the launch gate); what is decided here is the
+//! fallback: where the kernel lacks `futex_waitv` (before 5.16; gVisor) or fallbacks are forced
 //! (`crate::syscalls`), [`wait_any`] waits on one word at a time and re-checks the others.
 
+use gpuslice_region::futex::{self as rf, Waitv};
+pub use gpuslice_region::futex::{now_ns, wake_private, wake_shared, WAITV_MAX};
 use std::sync::atomic::{AtomicU32, Ordering::Acquire};
 use std::time::Duration;
-
-/// `futex_waitv` accepts at most this many words.
-pub const WAITV_MAX: usize = 128;
-/// `SYS_futex_waitv` (the same number on every architecture that has it).
-pub(crate) const SYS_FUTEX_WAITV: libc::c_long = 449;
-const FUTEX_32: u32 = 2;
-const FUTEX_PRIVATE: u32 = 128;
-
-/// CLOCK_MONOTONIC now, ns.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn timespec(ns: u64) -> libc::timespec {
-    libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    }
-}
-
-/// Wakes every waiter of the shared (cross-process) futex word at `addr`.
-///
-/// # Safety
-/// `addr` must be the address of a live, aligned, mapped `u32`.
-pub unsafe fn wake_shared(addr: *const u32) {
-    // SAFETY: FUTEX_WAKE only uses the address as a key; the caller guarantees a live word.
-    unsafe {
-        libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX);
-    }
-}
-
-/// Wakes the waiters of a process-private word.
-pub fn wake_private(word: &AtomicU32) {
-    // SAFETY: the address of a live atomic; FUTEX_WAKE only uses it as a key.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        );
-    }
-}
 
 /// Waits while the shared word at `addr` equals `val`, at most `timeout`.
 ///
 /// # Safety
 /// `addr` must be the address of a live, aligned, mapped `u32` for the whole call.
 pub unsafe fn wait_shared(addr: *const u32, val: u32, timeout: Duration) {
-    let ts = timespec(timeout.as_nanos().min(u128::from(u64::MAX)) as u64);
-    // SAFETY: `addr` is a live, aligned mapped u32 (the caller keeps the mapping); the kernel
-    // only reads it; `ts` is a valid relative timeout.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            addr,
-            libc::FUTEX_WAIT,
-            val,
-            &ts as *const libc::timespec,
-        );
-    }
+    // SAFETY: the caller's contract is region's.
+    unsafe { rf::wait(addr, val, false, timeout) };
 }
 
 /// One word to wait on: address, expected value, private (this process) or shared.
@@ -86,14 +30,6 @@ pub struct WaitWord {
     pub private: bool,
 }
 
-#[repr(C)]
-struct FutexWaitv {
-    val: u64,
-    uaddr: u64,
-    flags: u32,
-    reserved: u32,
-}
-
 /// Waits until any of `words` changes or is woken, or until `deadline` (CLOCK_MONOTONIC ns;
 /// `None` = no deadline). Only the first [`WAITV_MAX`] words are waited on. Without
 /// `futex_waitv`, [`wait_any_fallback`].
@@ -102,34 +38,13 @@ pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) {
     if !crate::syscalls::use_futex_waitv() {
         return wait_any_fallback(words, deadline);
     }
-    let v: Vec<FutexWaitv> = words
+    let v: Vec<Waitv> = words
         .iter()
-        .map(|w| FutexWaitv {
-            val: u64::from(w.val),
-            uaddr: w.addr as u64,
-            flags: FUTEX_32 | if w.private { FUTEX_PRIVATE } else { 0 },
-            reserved: 0,
-        })
+        .map(|w| Waitv::new(w.addr, w.val, w.private))
         .collect();
-    let ts = deadline.map(timespec);
-    let tsp = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `v` holds `v.len()` valid futex_waitv entries whose addresses are live words the
-    // caller keeps mapped; the kernel only reads them. `tsp` is null or an absolute
-    // CLOCK_MONOTONIC timespec that lives across the call.
-    let rc = unsafe {
-        libc::syscall(
-            SYS_FUTEX_WAITV,
-            v.as_ptr(),
-            v.len() as libc::c_uint,
-            0u32,
-            tsp,
-            libc::CLOCK_MONOTONIC,
-        )
-    };
-    if rc < 0 {
-        let e = std::io::Error::last_os_error();
+    // SAFETY: every address is a live word the caller keeps mapped (this function's contract,
+    // as for the fallback's loads).
+    if let Err(e) = unsafe { rf::waitv(&v, deadline) } {
         if e.raw_os_error() == Some(libc::ENOSYS) {
             crate::syscalls::note_futex_waitv(Some(&e));
             wait_any_fallback(words, deadline);
@@ -161,24 +76,9 @@ pub fn wait_any_fallback(words: &[WaitWord], deadline: Option<u64>) {
             return;
         }
         let wait = deadline.map_or(slice, |d| (d - now).min(slice));
-        let ts = timespec(wait);
-        let op = libc::FUTEX_WAIT
-            | if first.private {
-                libc::FUTEX_PRIVATE_FLAG
-            } else {
-                0
-            };
-        // SAFETY: as above for `first.addr`; `ts` is a valid relative timeout.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                first.addr,
-                op,
-                first.val,
-                &ts as *const libc::timespec,
-            )
-        };
-        if rc == 0 {
+        let timeout = Duration::from_nanos(wait);
+        // SAFETY: as above for `first.addr`.
+        if unsafe { rf::wait(first.addr, first.val, first.private, timeout) } {
             // Woken (a wake without a change still ends the wait, as with futex_waitv).
             return;
         }
