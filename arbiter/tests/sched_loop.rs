@@ -156,3 +156,55 @@ fn lone_slice_keeps_the_lease_and_an_idle_device_costs_nothing() {
     sched.remove("lone");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// Waits up to 2 s for `f` to hold.
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(2), "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn queue_bound_and_pace_follow_who_shares_the_device() {
+    let sched = Scheduler::new(Duration::from_millis(5));
+    let (dn, dm, dh) = (
+        slice_dir("gpuslice-h7-pace", "n"),
+        slice_dir("gpuslice-h7-pace", "m"),
+        slice_dir("gpuslice-h7-pace", "h"),
+    );
+    let words = |d: &Path| {
+        let l = Lease::open(d).unwrap();
+        (l.max_queue(0), l.ahead_us(0))
+    };
+    sched.add(0, "n", &dn, 0, params(30));
+    eventually("a lone slice is not bounded", || words(&dn) == (0, 0));
+    sched.add(0, "m", &dm, 0, params(30));
+    eventually("two normal slices: a count bound, no pace", || {
+        words(&dn) == (64, 0) && words(&dm) == (64, 0)
+    });
+    sched.add(
+        0,
+        "h",
+        &dh,
+        0,
+        Params {
+            high: true,
+            ..params(10)
+        },
+    );
+    eventually("beside a high slice the normal ones are paced", || {
+        words(&dn) == (64, 500) && words(&dm) == (64, 500) && words(&dh) == (64, 0)
+    });
+    sched.remove("h");
+    eventually("the pace ends with the high slice", || {
+        words(&dn) == (64, 0) && words(&dm) == (64, 0)
+    });
+    sched.remove("m");
+    eventually("alone again: unbounded", || words(&dn) == (0, 0));
+    sched.remove("n");
+    for d in [dn, dm, dh] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

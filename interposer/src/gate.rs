@@ -48,6 +48,8 @@ const QUEUED_NS: u64 = 8_000_000;
 /// lease and front-load 200 ms of work, paid back by a 1 s window at 10 %. Costs the
 /// first three launches of a process a host round trip each.
 const UNKNOWN_BOUND: usize = 1;
+/// Rounds of [`pace`] at most (each retires a launch or sleeps half the margin).
+const PACE_ROUNDS: usize = 96;
 /// Intervals the launch length is the median of.
 const TIMING_RING: usize = 9;
 /// How long a process of the lease holder must have had nothing queued and launched nothing
@@ -90,8 +92,8 @@ struct Entry {
     lease_waiting: AtomicU32,
     /// (grant, stream, context) launched on.
     streams: Mutex<Vec<(u32, usize, usize)>>,
-    /// Queue-bound events (event, grant recorded under), oldest first.
-    events: Mutex<VecDeque<(usize, u32)>>,
+    /// Queue-bound events, oldest first.
+    events: Mutex<VecDeque<Queued>>,
     /// Completed queue-bound events, reused.
     spare: Mutex<Vec<usize>>,
     /// Device time between consecutive completed queue-bound events, and the last completed one.
@@ -111,6 +113,18 @@ struct Timing {
     next: usize,
     /// The last completed queue-bound event and its grant (kept for the next interval).
     last: Option<(usize, u32)>,
+}
+
+/// A launch of this process whose queue-bound event may not have completed yet.
+#[derive(Clone, Copy)]
+struct Queued {
+    /// The event recorded after it.
+    ev: usize,
+    /// The grant it was recorded under.
+    grant: u32,
+    /// When it started on the device, as far as this process can tell: the later of its
+    /// launch and the completion of the launch before it (once seen), host clock.
+    start: Instant,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -171,6 +185,10 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
         ent.launching.fetch_add(1, SeqCst);
         ent.seq.fetch_add(1, SeqCst);
         bound_queue(e, mq as usize);
+        let ahead = g.slice.lease.ahead_us(e);
+        if ahead > 0 {
+            pace(e, Duration::from_micros(u64::from(ahead)));
+        }
     }
     let mut w = word.load();
     if !may_launch(w) {
@@ -548,7 +566,7 @@ fn watch_quiet(
         let s0 = ent.seq.load(SeqCst);
         snap.clear();
         if let Ok(q) = ent.events.lock() {
-            snap.extend(q.iter().map(|&(ev, _)| ev));
+            snap.extend(q.iter().map(|x| x.ev));
         }
         // The newest first (one wait per queue's worth of work, not one per launch: with 64
         // queued 50 µs kernels this thread wakes every 3 ms, not every 50 µs), then the others
@@ -611,9 +629,7 @@ fn leave_near(ent: &Entry, words: &gpuslice_region::GateWords<'_>, grant: u32) {
 /// once it completes, at most the newest kernel is left.
 fn second_newest_event(e: usize) -> Option<usize> {
     let q = ENTRIES[e].events.lock().ok()?;
-    q.len()
-        .checked_sub(2)
-        .and_then(|i| q.get(i).map(|&(ev, _)| ev))
+    q.len().checked_sub(2).and_then(|i| q.get(i).map(|x| x.ev))
 }
 
 /// Waits for the work queued on `stream` (in context `ctx`) so far.
@@ -664,12 +680,108 @@ fn bound_queue(e: usize, max: usize) {
             Ok(mut q) if q.len() >= bound => q.pop_front(),
             _ => None,
         };
-        let Some((ev, grant)) = oldest else { return };
+        let Some(x) = oldest else { return };
         if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize) {
-            // SAFETY: `ev` is a live event this process created and recorded.
-            unsafe { sync(ev as CUevent) };
+            // SAFETY: `x.ev` is a live event this process created and recorded.
+            unsafe { sync(x.ev as CUevent) };
         }
-        completed(e, ev, grant);
+        started_by(e, Instant::now());
+        completed(e, x.ev, x.grant);
+    }
+}
+
+/// Keeps a launch back while more than `ahead` of this process's device time is queued ahead
+/// of it (`LeaseSlot::ahead_us`, set beside a high-priority slice): the launch waits until the
+/// launch running is expected to end within `ahead` — its start, as seen by this process,
+/// plus the typical launch length — so the process has the next kernel on the device in time
+/// without keeping a second one there all along. A revoke then leaves at most `ahead` plus one
+/// launch to run. Costs device time only when this thread wakes more than `ahead` late.
+fn pace(e: usize, ahead: Duration) {
+    let Some(len) = launch_ns(e).map(Duration::from_nanos) else {
+        return;
+    };
+    let (Some(sync), Some(query)) = (
+        crate::real!(cuda_sym cuEventSynchronize),
+        crate::real!(cuda_sym cuEventQuery),
+    ) else {
+        return;
+    };
+    let ent = &ENTRIES[e];
+    // Each round retires a launch or sleeps towards the front's expected end; bounded so a
+    // clock or length that never converges cannot hold the launch for long.
+    for _ in 0..PACE_ROUNDS {
+        // Retire launches already complete; each ended by now, and by its expected end.
+        loop {
+            let Some(f) = ent.events.lock().ok().and_then(|q| q.front().copied()) else {
+                return;
+            };
+            // SAFETY: a queue-bound event of this process (recycled, never destroyed once
+            // recorded).
+            if unsafe { query(f.ev as CUevent) } != CUDA_SUCCESS {
+                break;
+            }
+            if !pop_front_if(e, f.ev) {
+                continue;
+            }
+            started_by(e, Instant::now().min(f.start + len));
+            completed(e, f.ev, f.grant);
+        }
+        let Some((n, f)) = ent
+            .events
+            .lock()
+            .ok()
+            .and_then(|q| q.front().copied().map(|f| (q.len(), f)))
+        else {
+            return;
+        };
+        let queued = queued_ahead(f.start, len, n, Instant::now());
+        if queued <= ahead {
+            return;
+        }
+        if n >= 2 {
+            // SAFETY: as above.
+            unsafe { sync(f.ev as CUevent) };
+            if pop_front_if(e, f.ev) {
+                started_by(e, Instant::now());
+                completed(e, f.ev, f.grant);
+            }
+        } else {
+            // In steps of half the margin: a launch that ends before its expected end (the
+            // length is a median) is seen within that, and the next one goes at once.
+            std::thread::sleep((queued - ahead).min(ahead / 2));
+        }
+    }
+}
+
+/// Device time still queued by `n` launches of `len` each, the oldest of which started at
+/// `front_start`, at `now`: the rest of the oldest (none once it is past its expected end)
+/// and the others whole.
+fn queued_ahead(front_start: Instant, len: Duration, n: usize, now: Instant) -> Duration {
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    let rest = (front_start + len).saturating_duration_since(now);
+    rest + len.saturating_mul(u32::try_from(n - 1).unwrap_or(u32::MAX))
+}
+
+/// Removes the oldest queued launch if its event is `ev` (another thread may have retired it).
+fn pop_front_if(e: usize, ev: usize) -> bool {
+    match ENTRIES[e].events.lock() {
+        Ok(mut q) if q.front().is_some_and(|x| x.ev == ev) => {
+            q.pop_front();
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The launch before the oldest queued one was seen complete `at` (or is known to have ended
+/// by then): the oldest started no earlier than its own launch and no later than that.
+fn started_by(e: usize, at: Instant) {
+    if let Ok(mut q) = ENTRIES[e].events.lock() {
+        if let Some(f) = q.front_mut() {
+            f.start = f.start.max(at);
+        }
     }
 }
 
@@ -764,6 +876,32 @@ fn record_bound_event(e: usize, stream: CUstream) {
     }
     let grant = memory_gate().map_or(0, |g| g.slice.lease.grant(e));
     if let Ok(mut q) = ENTRIES[e].events.lock() {
-        q.push_back((ev as usize, grant));
+        q.push_back(Queued {
+            ev: ev as usize,
+            grant,
+            start: Instant::now(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::queued_ahead;
+    use std::time::{Duration, Instant};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn queued_ahead_counts_the_rest_of_the_running_launch_and_the_others_whole() {
+        let t0 = Instant::now();
+        assert_eq!(queued_ahead(t0, MS, 0, t0), Duration::ZERO);
+        // One 1 ms launch that started 0.3 ms ago: 0.7 ms left.
+        assert_eq!(queued_ahead(t0, MS, 1, t0 + MS * 3 / 10), MS * 7 / 10);
+        // Two behind it.
+        assert_eq!(queued_ahead(t0, MS, 3, t0 + MS * 3 / 10), MS * 27 / 10);
+        // Past its expected end (it runs long): only the others count.
+        assert_eq!(queued_ahead(t0, MS, 2, t0 + MS * 5), MS);
+        // Not started yet (its start is the later of launch and predecessor's end).
+        assert_eq!(queued_ahead(t0 + MS, MS, 1, t0), MS * 2);
     }
 }

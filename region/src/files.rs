@@ -335,6 +335,14 @@ impl Lease {
             .get(dev)
             .map_or(0, |s| s.max_queue.load(Relaxed))
     }
+    /// The pace of device `dev` (`LeaseSlot::ahead_us`, 0 = none).
+    pub fn ahead_us(&self, dev: usize) -> u32 {
+        self.map
+            .get()
+            .devices
+            .get(dev)
+            .map_or(0, |s| s.ahead_us.load(Relaxed))
+    }
     /// The current grant id of device `dev` (0 beyond the file's slots).
     pub fn grant(&self, dev: usize) -> u32 {
         self.map
@@ -369,6 +377,10 @@ impl LeaseWriter {
     /// The queue bound of device `dev` (`LeaseSlot::max_queue`).
     pub fn max_queue(&self, dev: usize) -> Option<&AtomicU32> {
         self.map.get().devices.get(dev).map(|s| &s.max_queue)
+    }
+    /// The pace of device `dev` (`LeaseSlot::ahead_us`).
+    pub fn ahead_us(&self, dev: usize) -> Option<&AtomicU32> {
+        self.map.get().devices.get(dev).map(|s| &s.ahead_us)
     }
 }
 

@@ -159,8 +159,11 @@ pub struct LeaseSlot {
     /// by the arbiter while a high-priority slice shares the device, so a revoke leaves at most
     /// this many kernels to drain before the high-priority slice runs.
     pub max_queue: AtomicU32,
-    /// Reserved, zero.
-    pub reserved0: AtomicU32,
+    /// Device time, µs, a launch may have queued ahead of it by its own process (0 = no such
+    /// limit; zero in files written before it existed). Set by the arbiter for normal slices
+    /// while a high-priority slice shares the device: a slice keeps its next kernel back until
+    /// the one running is about to end, so a revoke leaves at most this much plus one launch.
+    pub ahead_us: AtomicU32,
     /// Reserved, zero.
     pub reserved: [AtomicU64; 6],
 }

@@ -90,12 +90,20 @@ static ZERO: AtomicU32 = AtomicU32::new(0);
 /// (at least one launch), so 1 ms kernels queue 8 and 50 µs kernels this many.
 pub const SHARED_QUEUE: u32 = 64;
 
-/// Launches a slice may keep queued beside a `priority: high` slice: the running one and the
-/// next. With one, every launch waited for the previous kernel's end and the device idled for
-/// a host round trip per kernel (the neighbour got 61–65 % of the device instead of 95 %); the
-/// engine alternates between processes with work (at kernel boundaries, or every time slice),
-/// so the queued second kernel does not run before the high-priority request.
-pub const HIGH_NEIGHBOUR_QUEUE: u32 = 2;
+/// Launches a slice may keep queued beside a `priority: high` slice: as many as elsewhere; what
+/// bounds them there is [`HIGH_NEIGHBOUR_AHEAD_US`].
+pub const HIGH_NEIGHBOUR_QUEUE: u32 = SHARED_QUEUE;
+
+/// Device time, µs, a launch of a slice beside a `priority: high` slice may have queued ahead
+/// of it (`LeaseSlot::ahead_us`): its process keeps the next kernel back until the running one
+/// is about to end, so a revoke leaves at most this plus one launch on the device. A
+/// high-priority request then waits for at most that on either engine model: on a
+/// time-slicing device the neighbour's context keeps its engine slice (2 ms) while it has
+/// work, so an eagerly queued second 1 ms kernel cost the request up to a whole slice. Keeping
+/// a queue of one instead idled the device for a host round trip per kernel (61–65 % for the
+/// neighbour); keeping the next launch back costs nothing while the host wakes within this
+/// margin. See docs/scheduling.md, "Queue bound".
+pub const HIGH_NEIGHBOUR_AHEAD_US: u32 = 500;
 
 /// How long a revoked slice may take to report its queued work drained before it is charged the
 /// whole wait and the lease moves on anyway.
@@ -331,22 +339,26 @@ impl Loop {
 
     /// On a shared device every process keeps at most [`SHARED_QUEUE`] kernels queued, so a
     /// revoke drains within a few kernels and lease lengths (hence 1 s shares) stay even; while
-    /// a high-priority slice shares the device the others keep one, so it waits for at most
-    /// the kernel running. A slice alone on its device is not bounded.
+    /// a high-priority slice shares the device the others also keep at most
+    /// [`HIGH_NEIGHBOUR_AHEAD_US`] queued ahead of each launch, so it waits for at most that
+    /// plus one launch. A slice alone on its device is not bounded.
     fn set_queue_bounds(&mut self) {
         let slices = self.policy.slices();
         self.high_present = slices.iter().any(|s| s.params.high);
         let shared = slices.len() > 1;
         for (s, rt) in slices.iter().zip(&self.rt) {
-            let bound = if !shared {
-                0
+            let (bound, ahead) = if !shared {
+                (0, 0)
             } else if self.high_present && !s.params.high {
-                high_neighbour_queue()
+                (high_neighbour_queue(), high_neighbour_ahead_us())
             } else {
-                SHARED_QUEUE
+                (SHARED_QUEUE, 0)
             };
             if let Some(w) = rt.lease.max_queue(rt.entry) {
                 w.store(bound, Release);
+            }
+            if let Some(w) = rt.lease.ahead_us(rt.entry) {
+                w.store(ahead, Release);
             }
         }
     }
@@ -805,6 +817,20 @@ fn high_neighbour_queue() -> u32 {
             .and_then(|v| v.parse().ok())
             .filter(|n| (1..=SHARED_QUEUE).contains(n))
             .unwrap_or(HIGH_NEIGHBOUR_QUEUE)
+    })
+}
+
+/// The pace beside a high-priority slice: [`HIGH_NEIGHBOUR_AHEAD_US`] unless
+/// `GPUSLICE_SCHED_HIGH_NEIGHBOUR_AHEAD_US=N` (0–100000; 0 turns it off) in the arbiter's
+/// environment says otherwise (a benchmark switch, as above).
+fn high_neighbour_ahead_us() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("GPUSLICE_SCHED_HIGH_NEIGHBOUR_AHEAD_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n <= 100_000)
+            .unwrap_or(HIGH_NEIGHBOUR_AHEAD_US)
     })
 }
 
