@@ -100,10 +100,12 @@ impl Drop for SimNode {
     }
 }
 
-/// The dist tree's `gpuslice-arbiter` on a [`SimNode`] (the demo's and the share benchmark's),
-/// killed on drop. Its log is `<state>/arbiter.log`.
+/// The dist tree's `gpuslice-arbiter` on a [`SimNode`] (the demo's and the share benchmark's):
+/// the suites' [`gpuslice_test_support::Arbiter`] (process, readiness, stop on drop) with the
+/// node's environment and requests that fail on an `error` answer. Its log is
+/// `<node>/<name>/arbiter.log`.
 pub struct Arbiter {
-    child: std::process::Child,
+    inner: gpuslice_test_support::Arbiter,
     /// Its state directory (slice directories, `arbiter.sock`).
     pub state: PathBuf,
     dist: PathBuf,
@@ -112,56 +114,43 @@ pub struct Arbiter {
 }
 
 impl Arbiter {
-    /// Starts it on `node` with the state directory `<node>/<name>`, the configuration `config`
-    /// (TOML) and `extra` environment for the arbiter alone; returns once its socket answers.
+    /// Starts it on `node` in `<node>/<name>`, with the configuration `config` (TOML) and
+    /// `extra` environment for the arbiter alone; returns once it answers.
     pub fn start(
         node: &SimNode,
         name: &str,
         config: &str,
         extra: &[(&str, String)],
     ) -> anyhow::Result<Arbiter> {
-        use anyhow::Context as _;
-        let state = node.state_dir.join(name);
-        std::fs::create_dir_all(&state)?;
-        let config_file = node.state_dir.join(format!("{name}.toml"));
-        std::fs::write(&config_file, config)?;
+        let mut inner = gpuslice_test_support::Arbiter::new(
+            node.dist.join("usr/bin/gpuslice-arbiter"),
+            &node.state_dir.join(name),
+            config,
+        )?;
         let mut env = node.env();
-        env.push(("GPUSLICE_CONFIG".into(), config_file.display().to_string()));
-        env.push(("GPUSLICE_STATE_DIR".into(), state.display().to_string()));
-        let log = std::fs::File::create(state.join("arbiter.log"))?;
-        let child = Command::new(node.dist.join("usr/bin/gpuslice-arbiter"))
+        inner
             .envs(env.iter().cloned())
             .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
             .env("GPUSLICE_NVML_LIBRARY", node.nvml_lib())
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .context("starting gpuslice-arbiter")?;
-        let a = Arbiter {
-            child,
-            state,
+            .env("RUST_LOG", "warn");
+        inner.start()?;
+        env.extend(inner.client_env());
+        Ok(Arbiter {
+            state: inner.state_dir.clone(),
+            inner,
             dist: node.dist.clone(),
             env,
-        };
-        let t0 = std::time::Instant::now();
-        while std::os::unix::net::UnixStream::connect(a.socket()).is_err() {
-            if t0.elapsed() > std::time::Duration::from_secs(10) {
-                anyhow::bail!("gpuslice-arbiter did not open {}", a.socket().display());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        Ok(a)
+        })
     }
 
     /// Its pid.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.inner.pid().unwrap_or(0)
     }
 
     /// Its control socket.
     pub fn socket(&self) -> PathBuf {
-        self.state.join("arbiter.sock")
+        self.inner.socket()
     }
 
     /// One request (the members after `"version":1,`); an `error` answer is an error.
@@ -213,12 +202,5 @@ impl Arbiter {
             );
         }
         Ok(serde_json::from_slice(&out.stdout)?)
-    }
-}
-
-impl Drop for Arbiter {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
