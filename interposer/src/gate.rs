@@ -720,11 +720,7 @@ fn pace(e: usize, ahead: Duration) {
             if unsafe { query(f.ev as CUevent) } != CUDA_SUCCESS {
                 break;
             }
-            if !pop_front_if(e, f.ev) {
-                continue;
-            }
-            started_by(e, Instant::now().min(f.start + len));
-            completed(e, f.ev, f.grant);
+            retire(e, f, Instant::now().min(f.start + len));
         }
         let Some((n, f)) = ent
             .events
@@ -741,10 +737,7 @@ fn pace(e: usize, ahead: Duration) {
         if n >= 2 {
             // SAFETY: as above.
             unsafe { sync(f.ev as CUevent) };
-            if pop_front_if(e, f.ev) {
-                started_by(e, Instant::now());
-                completed(e, f.ev, f.grant);
-            }
+            retire(e, f, Instant::now());
         } else {
             // In steps of half the margin: a launch that ends before its expected end (the
             // length is a median) is seen within that, and the next one goes at once.
@@ -764,14 +757,22 @@ fn queued_ahead(front_start: Instant, len: Duration, n: usize, now: Instant) -> 
     rest + len.saturating_mul(u32::try_from(n - 1).unwrap_or(u32::MAX))
 }
 
-/// Removes the oldest queued launch if its event is `ev` (another thread may have retired it).
-fn pop_front_if(e: usize, ev: usize) -> bool {
-    match ENTRIES[e].events.lock() {
-        Ok(mut q) if q.front().is_some_and(|x| x.ev == ev) => {
+/// Retires the completed launch `f`, which ended by `ended_by`, if it is still the oldest
+/// queued (another thread may have retired it): the next one started no later than that, and
+/// the launch length is learnt from `f`'s event.
+fn retire(e: usize, f: Queued, ended_by: Instant) {
+    let retired = match ENTRIES[e].events.lock() {
+        Ok(mut q) if q.front().is_some_and(|x| x.ev == f.ev) => {
             q.pop_front();
+            if let Some(next) = q.front_mut() {
+                next.start = next.start.max(ended_by);
+            }
             true
         }
         _ => false,
+    };
+    if retired {
+        completed(e, f.ev, f.grant);
     }
 }
 
