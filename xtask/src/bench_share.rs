@@ -1250,7 +1250,7 @@ fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()>
         .to_vec();
         kids.push((
             light,
-            tenant(&node, dist, &arb.state.join(format!("s{}", k / 4)), &args)?,
+            tenant(&node, dist, &arb.state().join(format!("s{}", k / 4)), &args)?,
         ));
     }
     // Attached = the gate thread exists (it starts at the first gated launch).
@@ -1279,8 +1279,8 @@ fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()>
     // Eight saturating tenants in slices of device 0 beside the rest.
     let mut on0 = Vec::new();
     for i in 0..slices {
-        let rec =
-            std::fs::read_to_string(arb.state.join(format!("s{i}/slice.json"))).unwrap_or_default();
+        let rec = std::fs::read_to_string(arb.state().join(format!("s{i}/slice.json")))
+            .unwrap_or_default();
         if rec.contains("\"index\": 0") {
             on0.push(i);
         }
@@ -1294,7 +1294,7 @@ fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()>
             tenant(
                 &node,
                 dist,
-                &arb.state.join(format!("s{i}")),
+                &arb.state().join(format!("s{i}")),
                 &saturate(1000, 5.0, 2),
             )
         })

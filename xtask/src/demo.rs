@@ -77,7 +77,7 @@ pub fn run(force_sim: bool) -> Result<()> {
     println!(
         "arbiter: {} (state {})",
         arbiter.socket().display(),
-        arbiter.state.display()
+        arbiter.state().display()
     );
 
     let tenants = tenants();

@@ -106,8 +106,6 @@ impl Drop for SimNode {
 /// `<node>/<name>/arbiter.log`.
 pub struct Arbiter {
     inner: gpuslice_test_support::Arbiter,
-    /// Its state directory (slice directories, `arbiter.sock`).
-    pub state: PathBuf,
     dist: PathBuf,
     /// What points a process at this arbiter and the node.
     env: Vec<(String, String)>,
@@ -136,11 +134,15 @@ impl Arbiter {
         inner.start()?;
         env.extend(inner.client_env());
         Ok(Arbiter {
-            state: inner.state_dir.clone(),
             inner,
             dist: node.dist.clone(),
             env,
         })
+    }
+
+    /// Its state directory (slice directories, `arbiter.sock`).
+    pub fn state(&self) -> &Path {
+        &self.inner.state_dir
     }
 
     /// Its pid.
@@ -171,7 +173,7 @@ impl Arbiter {
         self.req(&format!(
             "\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request}}}"
         ))?;
-        Ok(self.state.join(id))
+        Ok(self.state().join(id))
     }
 
     /// Releases `id` (an error is ignored: it may be gone already).
