@@ -119,7 +119,11 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
         realtime,
         quick_wakes: std::cell::Cell::new(0),
         ctl_seen: 0,
-        policy: Policy::new(quantum_ns),
+        policy: {
+            let mut p = Policy::new(quantum_ns);
+            p.set_holds(holds());
+            p
+        },
         rt: Vec::new(),
         ctl,
         // Grant ids start somewhere new after a restart, so stale `pending` tags left by the
@@ -131,6 +135,7 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
         high_present: false,
         active_until: 0,
         draining: Vec::new(),
+        reporting: Vec::new(),
         drain_floor: 0,
         watchers: Vec::new(),
     };
@@ -143,9 +148,14 @@ struct Drain {
     id: String,
     grant: u32,
     start: u64,
+    /// Charged to the slice up to here when it was left to the background; the rest, up to
+    /// its report, when reported.
+    charged_to: u64,
     deadline: u64,
     /// When the slice was down to its last kernel and the lease was handed on (early).
     near_at: Option<u64>,
+    /// Charged up to here at most, reported or not ([`Policy::early_charge_cap`]).
+    cap: Option<u64>,
     /// When the loop saw it reported (or timed out: the flag), before it was charged.
     over: Option<(u64, bool)>,
 }
@@ -184,6 +194,8 @@ struct Loop {
     /// Revoked slices' drains not charged yet, in the order they began. More than one only
     /// when a high-priority slice was let in while an earlier drain still ran.
     draining: Vec<Drain>,
+    /// Drains charged up to their cap but not reported yet (watched for their times only).
+    reporting: Vec<Drain>,
     /// Report of the last drain charged: a drain that began before it is charged from there.
     drain_floor: u64,
     watchers: Vec<Watcher>,
@@ -429,9 +441,17 @@ impl Loop {
     /// Leaves drain `d` of the holder to finish in the background (charged when reported) so
     /// that the next slice can be granted now; `free_at`: when the device was handed on (the
     /// drain's start by default), for the hand-off latency.
-    fn background(&mut self, d: Drain, free_at: Option<u64>) {
-        self.policy.preempted(d.start);
-        self.free_since = Some(free_at.unwrap_or(d.start));
+    ///
+    /// The holder is charged now for the drain up to `free_at` (its work alone ran on the
+    /// device until then): the next pick compares it by a virtual time that includes it. Left
+    /// to the report, a slice handed on early while down to the last node of a 100 ms graph was
+    /// picked again at once, still ahead by its stale virtual time, and got a second graph out
+    /// of turn (1 s windows 39/61 instead of 30/70).
+    fn background(&mut self, mut d: Drain, free_at: Option<u64>) {
+        let at = free_at.unwrap_or(d.start).max(d.start);
+        self.policy.preempted(at);
+        d.charged_to = at;
+        self.free_since = Some(at);
         self.draining.push(d);
     }
 
@@ -461,11 +481,13 @@ impl Loop {
             id: self.policy.slices()[h].id.clone(),
             grant: rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed)),
             start,
+            charged_to: start,
             deadline: start
                 + self
                     .policy
                     .drain_bound(h, drain_timeout(self.policy.quantum())),
             near_at: None,
+            cap: None,
             over: None,
         })
     }
@@ -504,35 +526,79 @@ impl Loop {
     /// Charges the background drains reported so far, in the order they began, each up to its
     /// report from its start or the previous drain's report, whichever is later (a drain that
     /// began while an earlier one ran shared the device with it: the overlap is charged once,
-    /// to the earlier one). With `wait`, waits (bounded) for all of them first, unless a
-    /// high-priority slice waits to be let in.
+    /// to the earlier one). A drain handed on early is charged at most up to its cap
+    /// ([`Policy::early_charge_cap`]), reported or not: once the cap passes it is charged and
+    /// only watched for its report (statistics), so the next holder's lease runs, and ends,
+    /// on time instead of waiting, deferred, for a report its own first long kernel delays.
+    /// With `wait`, waits (bounded) for all of them first, unless a high-priority slice waits
+    /// to be let in.
     fn check_drain(&mut self, wait: bool) {
         loop {
             let now = futex::now_ns();
+            self.check_reporting(now);
             for k in 0..self.draining.len() {
                 if self.draining[k].over.is_none() {
                     self.draining[k].over =
                         self.drain_over(&self.draining[k], now).map(|t| (now, t));
                 }
             }
+            let capped = self
+                .draining
+                .first()
+                .and_then(|d| d.cap.filter(|&c| d.over.is_none() && now >= c));
+            if let Some(cap) = capped {
+                let d = self.draining.remove(0);
+                self.charge_drain(&d, cap, false);
+                self.reporting.push(d);
+            }
             while let Some((at, timed_out)) = self.draining.first().and_then(|d| d.over) {
                 let d = self.draining.remove(0);
-                // A slice removed meanwhile is charged nothing, but the deferred holder's
-                // charging still starts now.
-                let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
-                self.policy.record_drain(i, at.saturating_sub(d.start));
-                if let Some(n) = d.near_at {
-                    self.policy.record_last_kernel(i, at.saturating_sub(n));
-                }
-                let from = d.start.max(self.drain_floor);
-                self.policy.overrun(i, from, at.max(from), timed_out);
-                self.drain_floor = self.drain_floor.max(at);
+                self.record_drain_times(&d, at);
+                self.charge_drain(&d, d.cap.map_or(at, |c| at.min(c)), timed_out);
             }
             if self.draining.is_empty() || !wait || self.high_waits() {
                 return;
             }
             if let Some(d) = self.draining.first() {
                 self.wait_pending(d, now);
+            }
+        }
+    }
+
+    /// Charges drain `d` (its slice, or nobody if it was removed meanwhile; the deferred
+    /// holder's charging starts at `to` either way).
+    fn charge_drain(&mut self, d: &Drain, to: u64, timed_out: bool) {
+        let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
+        let from = d.charged_to.max(self.drain_floor);
+        let to = to.max(from);
+        self.policy.overrun(i, from, to, timed_out);
+        self.drain_floor = self.drain_floor.max(to);
+    }
+
+    /// Records how long drain `d`, reported at `at`, took, and its last kernel if handed on
+    /// early.
+    fn record_drain_times(&mut self, d: &Drain, at: u64) {
+        let i = self.policy.index(&d.id).unwrap_or(usize::MAX);
+        self.policy.record_drain(i, at.saturating_sub(d.start));
+        if let Some(n) = d.near_at {
+            self.policy.record_last_kernel(i, at.saturating_sub(n));
+        }
+    }
+
+    /// Drains charged up to their cap, reported now: their times are recorded (a late report
+    /// makes the slice's last kernels look long, and early hand-offs stop for it).
+    fn check_reporting(&mut self, now: u64) {
+        let mut k = 0;
+        while k < self.reporting.len() {
+            match self.drain_over(&self.reporting[k], now) {
+                Some(timed_out) => {
+                    let d = self.reporting.remove(k);
+                    self.record_drain_times(&d, now);
+                    if let Some(i) = self.policy.index(&d.id) {
+                        self.policy.drain_ended(i, timed_out);
+                    }
+                }
+                None => k += 1,
             }
         }
     }
@@ -627,6 +693,9 @@ impl Loop {
             }
             if early && self.drain_near(&d) {
                 d.near_at = Some(now);
+                if let Some(h) = self.policy.holder() {
+                    d.cap = self.policy.early_charge_cap(h, now);
+                }
                 self.background(d, Some(now));
                 return;
             }
@@ -788,6 +857,8 @@ impl Loop {
                     } else {
                         0
                     },
+                    holds: s.holds,
+                    held_ns: s.held_ns,
                 })
                 .collect(),
         };
@@ -804,6 +875,12 @@ impl Loop {
 fn early_handoff() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").map_or(true, |v| v != "0"))
+}
+
+/// Holds of the free device for a late slice (`policy/anticipate.rs`) are on unless
+/// `GPUSLICE_SCHED_HOLD=0` (a benchmark switch, as above).
+fn holds() -> bool {
+    std::env::var("GPUSLICE_SCHED_HOLD").map_or(true, |v| v != "0")
 }
 
 /// The queue bound beside a high-priority slice: [`HIGH_NEIGHBOUR_QUEUE`] unless

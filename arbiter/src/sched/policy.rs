@@ -22,6 +22,8 @@
 
 use super::window::ShareWindow;
 
+mod anticipate;
+
 /// Basis points of a whole device.
 pub const FULL: u32 = 10_000;
 
@@ -126,6 +128,15 @@ pub struct Acct {
     pub timeout_streak: u32,
     /// Leases lost for showing no progress (status and tests).
     pub no_progress: u64,
+    /// Times the free device was held for the slice after its lease ended
+    /// (`policy/anticipate.rs`).
+    pub holds: u64,
+    /// Holds in a row the slice did not come back in.
+    pub hold_misses: u32,
+    /// Lease ends since the last hold (to retry a slice that missed one).
+    pub since_hold: u32,
+    /// ns charged for holds.
+    pub held_ns: u64,
 }
 
 /// Drain times kept per slice for the status's percentile.
@@ -184,6 +195,12 @@ pub struct Policy {
     quiet_revoke: bool,
     /// Revokes of idle holders (status and tests).
     pub quiet_revokes: u64,
+    /// The slice whose lease ended last, and when, while it may be held for.
+    last_end: Option<(usize, u64)>,
+    /// The free device is held for a slice ([`anticipate`]).
+    hold: Option<anticipate::Hold>,
+    /// Holds are made at all ([`Policy::set_holds`]).
+    holds_on: bool,
 }
 
 impl Policy {
@@ -200,7 +217,16 @@ impl Policy {
             handoffs: 0,
             quiet_revoke: false,
             quiet_revokes: 0,
+            last_end: None,
+            hold: None,
+            holds_on: true,
         }
+    }
+
+    /// Turns holding the free device for a slice whose thread is late ([`anticipate`]) on or
+    /// off (on by default; off: a benchmark switch).
+    pub fn set_holds(&mut self, on: bool) {
+        self.holds_on = on;
     }
 
     /// The quantum, ns.
@@ -276,6 +302,10 @@ impl Policy {
             backoff_until: 0,
             timeout_streak: 0,
             no_progress: 0,
+            holds: 0,
+            hold_misses: 0,
+            since_hold: 0,
+            held_ns: 0,
         });
         self.slices.len() - 1
     }
@@ -296,6 +326,7 @@ impl Policy {
                 h.idx -= 1;
             }
         }
+        self.hold_removed(i);
         Some(self.slices.remove(i))
     }
 
@@ -341,16 +372,29 @@ impl Policy {
 
     /// Charges slice `i` for `[from, to)` of device time.
     fn charge(&mut self, i: usize, from: u64, to: u64) {
-        if to <= from {
-            return;
+        if to > from {
+            self.charge_ns(i, to - from);
+            self.slices[i].window.add(from, to);
         }
-        let ns = to - from;
+    }
+
+    /// Charges slice `i` for `[from, to)` the device was held for it, idle
+    /// ([`anticipate`]): virtual time and ceiling as for a lease, but not its achieved share
+    /// (the status's windows say what ran).
+    fn charge_held(&mut self, i: usize, from: u64, to: u64) {
+        if to > from {
+            self.charge_ns(i, to - from);
+            self.slices[i].held_ns += to - from;
+        }
+    }
+
+    /// Virtual time, tokens and the charged total of slice `i` for `ns`.
+    fn charge_ns(&mut self, i: usize, ns: u64) {
         let w = self.weight(i);
         let s = &mut self.slices[i];
         s.vtime += ns as f64 / w;
         s.tokens -= ns as f64;
         s.charged_ns += ns;
-        s.window.add(from, to);
     }
 
     /// Records what the loop saw of slice `i` at `now` (call for every slice before
@@ -541,7 +585,11 @@ impl Policy {
     /// The decision when nobody holds the lease: grant the waiting, eligible slice with the
     /// smallest virtual time, or sleep until a capped slice refills or a back-off ends.
     fn decide_free(&mut self, now: u64) -> Decision {
-        match self.pick(now) {
+        let pick = self.pick(now);
+        if let Some(d) = self.anticipate(pick, now) {
+            return d;
+        }
+        match pick {
             Some(i) => Decision::Grant(i),
             None => {
                 let r = self.refill_time(now);
@@ -670,11 +718,12 @@ impl Policy {
         };
         self.charge(h.idx, h.charged_to, drained_at);
         self.drain_ended(h.idx, timed_out);
+        self.lease_ended(h.idx, h.progress, drained_at);
     }
 
     /// Counts a drain of slice `i` that timed out (or resets the streak of one reported in
     /// time).
-    fn drain_ended(&mut self, i: usize, timed_out: bool) {
+    pub fn drain_ended(&mut self, i: usize, timed_out: bool) {
         if let Some(s) = self.slices.get_mut(i) {
             if timed_out {
                 s.drain_timeouts += 1;
@@ -724,8 +773,9 @@ impl Policy {
         }
     }
 
-    /// The loop revoked the holder at `at` without waiting for its queued work (a
-    /// high-priority slice waits): the holder is charged up to `at`; its overrun follows with
+    /// The loop revoked the holder and stopped waiting for its queued work at `at` (a
+    /// high-priority slice waits, the holder is down to its last kernel, or its drain outlasted
+    /// the bound): the holder is charged up to `at`; its overrun follows with
     /// [`Policy::overrun`], and the next holder's charging starts only then, so the overlap is
     /// charged once (to the slice whose work ran in it).
     ///
@@ -754,6 +804,20 @@ impl Policy {
             .filter(|&i| Some(i) != me && self.slices[i].params.high && self.slices[i].obs.waiting)
             .collect();
         high.into_iter().any(|i| self.eligible(i, now))
+    }
+
+    /// Up to when the drain of slice `i`, handed on early at `near_at` (down to its last
+    /// kernel), is charged to it at most: half a quantum later while its last kernels are
+    /// known to be that short (early hand-offs are made for that, [`Policy::early_ok`]);
+    /// `None` (all of it, up to the report) when they are not known or longer (a retry). A
+    /// later report is then the next holder's work: on a device that runs whole kernels in
+    /// turn, the next holder's first 50 ms kernel can run before that last kernel, and charging
+    /// the wait for the report to the drained slice gave the next holder that kernel free
+    /// (31.5 % for a 30 % slice).
+    pub fn early_charge_cap(&self, i: usize, near_at: u64) -> Option<u64> {
+        let s = self.slices.get(i)?;
+        (s.last_kernel_ns > 0 && s.last_kernel_ns <= self.quantum / 2)
+            .then(|| near_at.saturating_add(self.quantum / 2))
     }
 
     /// Charges slice `i` the overrun `[from, to)` of a drain that completed after the next grant
@@ -1548,6 +1612,45 @@ mod tests {
         p.observed(37 * MS);
         assert_eq!(p.decide(37 * MS), Decision::Revoke);
         assert_eq!(p.slices()[b].charged_ns, 12 * MS);
+    }
+
+    /// A slice handed on early (down to its last 1 ms kernel) whose drain reports only after
+    /// the next holder's 50 ms kernel ran is charged half a quantum past the hand-off; the
+    /// next holder from there, its lease starting then. Not while its last kernels are not
+    /// known to be short.
+    #[test]
+    fn an_early_drain_reported_late_charges_the_next_holder_from_half_a_quantum() {
+        let mut p = Policy::new(5 * MS);
+        let a = p.set_slice("a", g(30), 0);
+        let b = p.set_slice("b", g(70), 0);
+        assert_eq!(
+            p.early_charge_cap(b, 6 * MS),
+            None,
+            "last kernels not known yet"
+        );
+        p.record_last_kernel(b, 40 * MS);
+        assert_eq!(p.early_charge_cap(b, 6 * MS), None, "last kernels long");
+        for _ in 0..20 {
+            p.record_last_kernel(b, MS);
+        }
+        p.granted(b, 0);
+        p.preempted(6 * MS);
+        p.granted(a, 6 * MS);
+        let to = p.early_charge_cap(b, 6 * MS).expect("last kernels short");
+        assert_eq!(to, 6 * MS + 5 * MS / 2);
+        p.overrun(b, 6 * MS, to, false);
+        assert_eq!(p.slices()[b].charged_ns, to);
+        let w = Observation {
+            waiting: true,
+            active: true,
+            quiet: false,
+        };
+        p.observe(a, w, 57 * MS);
+        p.observe(b, w, 57 * MS);
+        p.observed(57 * MS);
+        // a's lease began at `to`: over by 57 ms, revoked; charged from `to`.
+        assert_eq!(p.decide(57 * MS), Decision::Revoke);
+        assert_eq!(p.slices()[a].charged_ns, 57 * MS - to);
     }
 
     #[test]

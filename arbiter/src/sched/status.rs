@@ -47,6 +47,13 @@ pub struct SliceShare {
     /// 0 = not backed off.
     #[serde(default)]
     pub backoff_remaining_ns: u64,
+    /// Times the free device was held (at most a quantum) for the slice after its lease ended,
+    /// its thread late back at the gate (`docs/scheduling.md`, anticipation).
+    #[serde(default)]
+    pub holds: u64,
+    /// ns of those holds, charged to the slice (within `charged_ns`).
+    #[serde(default)]
+    pub held_ns: u64,
 }
 
 /// One device.
