@@ -106,17 +106,9 @@ impl Policy {
         if recent[recent.len() / 2] < 2 * self.quantum {
             return false;
         }
-        // A capped slice out of tokens could not be granted when it comes back.
-        self.eligible_when_back(j, now)
-    }
-
-    fn eligible_when_back(&mut self, j: usize, now: u64) -> bool {
-        if !self.limited(j) {
-            return true;
-        }
-        self.refill(j, now);
-        let s = &self.slices[j];
-        s.tokens >= self.burst(&s.params) - 1.0
+        // A capped slice out of tokens could not be granted when it comes back (nobody holds
+        // the lease here, so this is the non-holder's full-bucket rule).
+        self.eligible(j, now)
     }
 
     /// Ends hold `h` at `now`, charging its slice: `Some(true)` when the slice came back (and
