@@ -422,7 +422,7 @@ pub fn run(args: &[String]) -> Result<()> {
         each(four)?;
     }
     if opts.wants("limit") {
-        println!("== compute-limit 40 alone, 1 ms");
+        println!("== compute-limit 40 alone, and capped beside uncapped, 1 ms");
         each(limit)?;
     }
     if opts.wants("idle") {
@@ -810,6 +810,30 @@ fn limit(c: &Ctx) -> Result<()> {
         pct(max1),
         loadavg()
     );
+    // Beside an uncapped slice of the same guarantee, spare time is shared by weight up to
+    // the ceiling: compute 30 <=60 should get 50 %, compute 30 <=40 its 40 %.
+    for (cap, want) in [(60, 50), (40, 40)] {
+        let req = format!("\"compute\":30,\"compute_limit\":{cap},\"memory\":\"1Gi\"");
+        let (_, w10, _) = shares_run(
+            c,
+            &[
+                ("a", &req, saturate(1000, 10.8, 2)),
+                (
+                    "b",
+                    "\"compute\":30,\"memory\":\"1Gi\"",
+                    saturate(1000, 10.8, 2),
+                ),
+            ],
+        )?;
+        println!(
+            "   {:<9} 30 <={cap} beside 30: {} % (want {want}) and {} %, device {} % (load {})",
+            c.engine,
+            pct(w10[0]),
+            pct(w10[1]),
+            pct(w10[0] + w10[1]),
+            loadavg()
+        );
+    }
     Ok(())
 }
 

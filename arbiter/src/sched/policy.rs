@@ -502,6 +502,9 @@ impl Policy {
             .fold(f64::INFINITY, f64::min);
         self.vclock = self.vclock.max(behind);
         let others = self.waiting_eligible(now, Some(me));
+        // A capped slice waiting for its bucket: the loop must look again when it refills
+        // (else a lone uncapped holder keeps the device to its next 100 ms check).
+        let refill = self.refill_time(now, Some(me));
         let my = self.slices[me].params;
         if !my.high && others.iter().any(|&i| self.slices[i].params.high) {
             return Decision::Preempt;
@@ -565,13 +568,20 @@ impl Policy {
                 // loop asks `holder_progressed` next to decide whether to wait for the drain.
                 return Decision::Revoke;
             }
-            h.lease_start = now;
+            // Alone, a new lease starts; not while a capped slice refills, which takes the
+            // device as soon as it is eligible (its share of spare time, up to its ceiling).
+            if refill.is_none() {
+                h.lease_start = now;
+            }
         }
         let mut wake_at = (h.checked_at + check_every).min(if others.is_empty() {
             u64::MAX
         } else {
             h.lease_start + lease
         });
+        if let Some(r) = refill {
+            wake_at = wake_at.min(r);
+        }
         if limited {
             let s = &self.slices[me];
             let r = f64::from(s.params.limit) / f64::from(FULL);
@@ -592,7 +602,7 @@ impl Policy {
         match pick {
             Some(i) => Decision::Grant(i),
             None => {
-                let r = self.refill_time(now);
+                let r = self.refill_time(now, None);
                 let b = self.backoff_end(now);
                 Decision::Idle {
                     wake_at: match (r, b) {
@@ -670,11 +680,16 @@ impl Policy {
         (self.quantum as f64 * (w / lightest).clamp(1.0, 4.0)) as u64
     }
 
-    /// Earliest moment a waiting but capped slice has tokens again.
-    fn refill_time(&mut self, now: u64) -> Option<u64> {
+    /// Earliest moment a waiting capped slice other than `except`, not eligible now, is
+    /// eligible again.
+    fn refill_time(&mut self, now: u64, except: Option<usize>) -> Option<u64> {
         let mut best: Option<u64> = None;
         for i in 0..self.slices.len() {
-            if !self.slices[i].obs.waiting || !self.limited(i) {
+            if Some(i) == except
+                || !self.slices[i].obs.waiting
+                || !self.limited(i)
+                || self.eligible(i, now)
+            {
                 continue;
             }
             self.refill(i, now);
@@ -860,6 +875,9 @@ mod tests {
         liar: Vec<bool>,
         busy: Vec<u64>,
         since: u64,
+        /// Sleeps to each `Keep`'s `wake_at` like the loop does, instead of deciding again
+        /// every kernel (at most 1 ms): shows what a wake-up the policy forgot costs.
+        sleep_to_wake: bool,
     }
 
     impl Fake {
@@ -872,6 +890,7 @@ mod tests {
                 liar: Vec::new(),
                 busy: Vec::new(),
                 since: 0,
+                sleep_to_wake: false,
             }
         }
         fn add(&mut self, id: &str, params: Params, demand: impl Fn(u64) -> bool + 'static) {
@@ -924,7 +943,8 @@ mod tests {
                         self.p.revoked(self.now, false);
                     }
                     Decision::Keep { wake_at, .. } => {
-                        let step = wake_at.saturating_sub(self.now).clamp(1000, MS);
+                        let most = if self.sleep_to_wake { u64::MAX } else { MS };
+                        let step = wake_at.saturating_sub(self.now).clamp(1000, most);
                         let h = self.p.holder().unwrap_or(0);
                         if (self.demand[h])(self.now) {
                             self.busy[h] += step;
@@ -1174,6 +1194,33 @@ mod tests {
         f.run(f.now + 3000 * MS);
         let s = f.shares();
         assert!(s[0] <= 0.42 && s[1] > 0.55, "{s:?}");
+    }
+
+    /// Spare time goes to busy slices by weight, a capped one included up to its ceiling: a
+    /// capped slice waiting for its bucket to refill wakes the loop when it has, and takes the
+    /// next lease, instead of waiting for an uncapped holder's next activity check.
+    #[test]
+    fn a_capped_slice_gets_its_part_of_spare_time_up_to_its_ceiling() {
+        for (limit, want) in [(6000, 0.50), (4000, 0.40)] {
+            let mut f = Fake::new(5 * MS, MS);
+            f.sleep_to_wake = true;
+            f.add(
+                "batch",
+                Params {
+                    guarantee: 3000,
+                    limit,
+                    ..Params::default()
+                },
+                |_| true,
+            );
+            f.add("trainer", g(30), |_| true);
+            f.run(500 * MS);
+            f.shares();
+            f.run(f.now + 3000 * MS);
+            let s = f.shares();
+            assert!((s[0] - want).abs() < 0.03, "limit {limit}: {s:?}");
+            assert!(s[0] + s[1] > 0.97, "limit {limit}: device wasted: {s:?}");
+        }
     }
 
     #[test]
