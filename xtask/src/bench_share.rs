@@ -368,6 +368,49 @@ fn loadavg() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// Host CPU time from `/proc/stat`, to report the hypervisor's **steal** over a scenario: the
+/// share of CPU time this VM's cores were runnable but given to other guests. Every lease
+/// hand-off is a chain of host thread wake-ups, and under steal each waits for a core the host
+/// took away (10–20 % steal measured several 1 s utilisation windows at 77–90 %), so a figure
+/// is only comparable with the others at a similar steal.
+#[derive(Clone, Copy)]
+struct HostCpu {
+    steal: u64,
+    total: u64,
+}
+
+impl HostCpu {
+    fn now() -> HostCpu {
+        let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let f: Vec<u64> = s
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest times are inside user/nice).
+        HostCpu {
+            steal: f.get(7).copied().unwrap_or(0),
+            total: f.iter().take(8).sum(),
+        }
+    }
+
+    /// Steal since `self`, in percent of all CPU time, for the record beside each figure.
+    fn steal_since(self) -> String {
+        let n = HostCpu::now();
+        let t = n.total.saturating_sub(self.total);
+        if t == 0 {
+            return "?".into();
+        }
+        format!(
+            "{:.1}",
+            n.steal.saturating_sub(self.steal) as f64 * 100.0 / t as f64
+        )
+    }
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let opts = Opts::parse(args)?;
     let dist = build_tree()?;
@@ -400,7 +443,11 @@ pub fn run(args: &[String]) -> Result<()> {
          contexts, as the GPU driver does; GPUSLICE_SIM_TIMESLICE_US) or kernel (whole kernels \
          in turn)"
     );
-    println!("load = the host's 1-minute load average when the run ended\n");
+    println!("load = the host's 1-minute load average when the run ended");
+    println!(
+        "steal = % of the host's CPU time the hypervisor gave other guests during the run \
+         (/proc/stat): hand-offs wait for host threads, so figures under steal are not comparable\n"
+    );
 
     let mut plot_3070 = None;
     if opts.wants("30-70") {
@@ -576,8 +623,8 @@ fn shapes(ctxs: &[Ctx]) -> Result<()> {
          (depth 4); 10 s and 1 s windows min..max"
     );
     println!(
-        "{:<30} {:<9} {:>7} {:>15} {:>7} {:>15} {:>6} {:>7} {:>5}",
-        "shape of A", "engine", "A 10s", "A 1s", "B 10s", "B 1s", "device", "verdict", "load"
+        "{:<30} {:<9} {:>7} {:>15} {:>7} {:>15} {:>6} {:>7} {:>11}",
+        "shape of A", "engine", "A 10s", "A 1s", "B 10s", "B 1s", "device", "verdict", "load steal"
     );
     let graph = |nodes: usize, us: u64, depth: usize| {
         let mut v = saturate(us, 10.8, depth);
@@ -592,6 +639,7 @@ fn shapes(ctxs: &[Ctx]) -> Result<()> {
     ];
     for (name, args) in cases {
         for c in ctxs {
+            let cpu = HostCpu::now();
             let (w1, w10, _) = shares_run(
                 c,
                 &[
@@ -609,7 +657,7 @@ fn shapes(ctxs: &[Ctx]) -> Result<()> {
             let ok10 = (w10[0] - 0.3).abs() <= 0.02 && (w10[1] - 0.7).abs() <= 0.02;
             let ok1 = a_lo >= 0.25 && a_hi <= 0.35 && b_lo >= 0.65 && b_hi <= 0.75;
             println!(
-                "{:<30} {:<9} {:>7} {:>7}..{:<7} {:>7} {:>7}..{:<7} {:>6} {:>7} {:>5}",
+                "{:<30} {:<9} {:>7} {:>7}..{:<7} {:>7} {:>7}..{:<7} {:>6} {:>7} {:>5} {:>5}",
                 name,
                 c.engine,
                 pct(w10[0]),
@@ -620,7 +668,8 @@ fn shapes(ctxs: &[Ctx]) -> Result<()> {
                 pct(b_hi),
                 pct(w10[0] + w10[1]),
                 if ok10 && ok1 { "ok" } else { "MISS" },
-                loadavg()
+                loadavg(),
+                cpu.steal_since()
             );
             if !ok1 {
                 let list = |i: usize| {
@@ -669,8 +718,8 @@ fn utilisation(ctxs: &[Ctx]) -> Result<()> {
          (50 %), R = one 1 ms request every 20 ms (20 %); gated vs the same processes bare"
     );
     println!(
-        "{:<34} {:<9} {:>7} {:>15} {:>7} {:>15} {:>7} {:>5}",
-        "mix", "engine", "gated", "(shares)", "bare", "(shares)", "verdict", "load"
+        "{:<34} {:<9} {:>7} {:>15} {:>7} {:>15} {:>7} {:>5} {:>5}",
+        "mix", "engine", "gated", "(shares)", "bare", "(shares)", "verdict", "load", "steal"
     );
     let bursty: Vec<String> = "bursty --kernel-us 1000 --rate 50 --seconds 10.8"
         .split(' ')
@@ -696,6 +745,7 @@ fn utilisation(ctxs: &[Ctx]) -> Result<()> {
     ];
     for (name, req, other) in mixes {
         for c in ctxs {
+            let cpu = HostCpu::now();
             let (_, w10, _) = shares_run(
                 c,
                 &[
@@ -714,7 +764,7 @@ fn utilisation(ctxs: &[Ctx]) -> Result<()> {
                     .join("/")
             };
             println!(
-                "{:<34} {:<9} {:>7} {:>15} {:>7} {:>15} {:>7} {:>5}",
+                "{:<34} {:<9} {:>7} {:>15} {:>7} {:>15} {:>7} {:>5} {:>5}",
                 name,
                 c.engine,
                 pct(g),
@@ -722,7 +772,8 @@ fn utilisation(ctxs: &[Ctx]) -> Result<()> {
                 pct(b),
                 shares(&bare),
                 if g >= 0.95 { "ok" } else { "MISS" },
-                loadavg()
+                loadavg(),
+                cpu.steal_since()
             );
         }
     }
@@ -1110,6 +1161,7 @@ fn priority(c: &Ctx) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let cpu = HostCpu::now();
     let dh = c.arb.admit(
         "infer",
         "\"compute\":20,\"priority\":\"high\",\"memory\":\"1Gi\"",
@@ -1156,9 +1208,10 @@ fn priority(c: &Ctx) -> Result<()> {
     let (pa, pw, pn) = (p99_of(&alone[0]), p99_of(&with_prio), p99_of(&without));
     println!(
         "\n== high priority, {} engine: 1 ms requests at 50/s for {PRIORITY_SECS} s beside a \
-         saturating 1 ms, depth-64 neighbour (load {})",
+         saturating 1 ms, depth-64 neighbour (load {}, steal {} %)",
         c.engine,
-        loadavg()
+        loadavg(),
+        cpu.steal_since()
     );
     println!(
         "   alone:                      p99 {pa:.2} ms  ({})",

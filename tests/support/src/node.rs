@@ -85,9 +85,14 @@ impl SimNode {
             .collect();
         assert!(
             missing.is_empty(),
-            "{missing:?} missing in {}: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
-             -p gpuslice-interposer -p gpuslice-workloads -p gpuslice-arbiter",
-            prof.display()
+            "{missing:?} missing in {}: cargo build{} -p gpuslice-sim-cuda -p gpuslice-sim-nvml \
+             -p gpuslice-interposer -p gpuslice-workloads -p gpuslice-arbiter -p gpuslice-cli",
+            prof.display(),
+            if prof.ends_with("release") {
+                " --release"
+            } else {
+                ""
+            }
         );
         let dir = std::env::temp_dir().join(format!("gs-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
