@@ -241,7 +241,8 @@ fn cargo_test(packages: &[&str], extra: &[&str]) -> Result<()> {
         c.args(["-p", p]);
     }
     c.args(extra);
-    exec(&mut c)
+    // cargo's last stderr line names a failing test target, which the summary then shows.
+    crate::shell::exec_quoting_last_error(&mut c)
 }
 
 /// Builds the simulated driver libraries so tests that load them find current copies.
@@ -343,7 +344,7 @@ fn gpu_kit() -> Result<()> {
     // The travelling tree itself (over 32 MiB fails here), with the simulator for the dry run,
     // which runs with every kernel fallback forced (docs/kernels.md) on a simulated CUDA 13.0.
     let kit = crate::gpu_kit::prepare(true)?;
-    exec(
+    crate::shell::exec_quoting_last_error(
         Command::new("bash")
             .arg(crate::shell::root().join("tests/gpu/test_dry_run.sh"))
             .arg(&kit)
