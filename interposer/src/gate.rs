@@ -18,9 +18,11 @@
 //!   lands while a thread waits for its queue stops the launch.
 //! * Idle holder: while the slice holds a shared device, the gate thread waits for the newest
 //!   queue-bound event; once everything the process queued has completed, no thread is inside
-//!   a launch and none began for [`QUIET_LINGER`], it leaves the slice's `busy` word and the
+//!   a launch and none began for a linger (`crate::linger`: 200 µs, 20 µs for a process whose
+//!   recent quiet spells were all idleness), it leaves the slice's `busy` word and the
 //!   arbiter hands the lease on at once when others wait (docs/scheduling.md, "Idle holders").
 
+use crate::linger::Linger;
 use crate::log::Level;
 use crate::state::memory_gate;
 use gpuslice_cuda_abi::exec::{CU_EVENT_DISABLE_TIMING, CU_STREAM_LEGACY_HANDLE};
@@ -52,11 +54,6 @@ const UNKNOWN_BOUND: usize = 1;
 const PACE_ROUNDS: usize = 96;
 /// Intervals the launch length is the median of.
 const TIMING_RING: usize = 9;
-/// How long a process of the lease holder must have had nothing queued and launched nothing
-/// before its gate thread reports it quiet (`busy`): longer than the host gap between an
-/// application's synchronisation returning and its next launch, so a launch-and-synchronise
-/// loop is not taken for an idle tenant. See docs/scheduling.md, "Idle holders".
-const QUIET_LINGER: Duration = Duration::from_micros(200);
 /// Longest typical launch for which a revoked process says `near` (early hand-off) while its
 /// last launch still runs; longer launches hand on when drained.
 const NEAR_MAX_LAUNCH_NS: u64 = 2_000_000;
@@ -98,6 +95,8 @@ struct Entry {
     spare: Mutex<Vec<usize>>,
     /// Device time between consecutive completed queue-bound events, and the last completed one.
     timing: Mutex<Timing>,
+    /// Recent quiet spells: how long to linger before reporting the process quiet.
+    linger: Linger,
 }
 
 /// What the queue bound learnt of this process's launches: the device time between
@@ -146,6 +145,7 @@ const ENTRY: Entry = Entry {
         next: 0,
         last: None,
     }),
+    linger: Linger::new(),
 };
 static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
@@ -184,6 +184,7 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
         let ent = &ENTRIES[e];
         ent.launching.fetch_add(1, SeqCst);
         ent.seq.fetch_add(1, SeqCst);
+        ent.linger.launch_begins();
         bound_queue(e, mq as usize);
         let ahead = g.slice.lease.ahead_us(e);
         if ahead > 0 {
@@ -415,6 +416,7 @@ extern "C" fn after_fork_child() {
         ent.busy.store(0, Relaxed);
         ent.launching.store(0, Relaxed);
         ent.lease_waiting.store(0, Relaxed);
+        ent.linger.reset();
         if let Ok(mut v) = ent.streams.try_lock() {
             v.clear();
         }
@@ -477,6 +479,10 @@ fn ensure_thread(e: usize) {
 
 /// Drains the process's work after each revoke of entry `e`'s lease.
 fn gate_thread(e: usize) {
+    // This thread's sleeps (the linger, its 50 µs re-checks) end within a µs of their time, not
+    // the default 50 µs timer slack later: each is device time idling or a kernel held back.
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     let Some(g) = memory_gate() else { return };
     let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
         return;
@@ -543,8 +549,8 @@ fn gate_thread(e: usize) {
 }
 
 /// While this process holds the lease (word `w`… under `grant`) and counts itself busy: waits
-/// until everything it queued has completed and no thread of it is launching, then for
-/// [`QUIET_LINGER`] without a launch, and then leaves the slice's `busy` word (waking the
+/// until everything it queued has completed and no thread of it is launching, then for its
+/// linger (`crate::linger`) without a launch, and then leaves the slice's `busy` word (waking the
 /// arbiter, which hands an idle lease on at once when others wait). Returns when the process
 /// went quiet or the lease moved.
 fn watch_quiet(
@@ -595,11 +601,19 @@ fn watch_quiet(
             std::thread::sleep(Duration::from_micros(50));
             continue;
         }
-        std::thread::sleep(QUIET_LINGER);
-        if ent.seq.load(SeqCst) != s0 || ent.launching.load(SeqCst) > 0 || !held() {
+        std::thread::sleep(ent.linger.current());
+        if ent.seq.load(SeqCst) != s0 {
+            // A launch within the linger: a launch-and-synchronise loop, not idleness.
+            ent.linger.short_spell();
             continue;
         }
+        if ent.launching.load(SeqCst) > 0 || !held() {
+            continue;
+        }
+        // The quiet spell starts now; the launch that ends it says how long it was.
+        ent.linger.going_quiet(futex::now_ns());
         if ent.busy.compare_exchange(grant, 0, SeqCst, SeqCst).is_err() {
+            ent.linger.stayed_busy();
             return;
         }
         remove_pending(words.busy, grant);
@@ -607,6 +621,7 @@ fn watch_quiet(
         // A launch that began after the last look may have seen `busy` still set and not
         // counted itself: count it back.
         if ent.seq.load(SeqCst) != s0 || ent.launching.load(SeqCst) > 0 {
+            ent.linger.stayed_busy();
             if ent.busy.swap(grant, SeqCst) != grant {
                 add_pending(words.busy, grant);
             }

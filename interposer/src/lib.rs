@@ -53,6 +53,7 @@ pub mod graph;
 pub mod graphmem;
 pub mod guard;
 pub mod launch;
+mod linger;
 pub mod log;
 pub mod nvml;
 pub mod nvml_private;
