@@ -208,3 +208,76 @@ fn queue_bound_and_pace_follow_who_shares_the_device() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// A `priority: high` slice that does not hold the lease on a shared device holds a one-launch
+/// pass: the id of its next grant. A gate that takes it (`passed`, then `demand`) is granted
+/// under that id; a fresh pass is armed once its lease ends; alone on the device it has none.
+#[test]
+fn a_high_slice_beside_a_holder_is_granted_under_the_pass_it_took() {
+    let sched = Scheduler::new(Duration::from_millis(5));
+    let (dn, dh) = (
+        slice_dir("gpuslice-h14-pass", "n"),
+        slice_dir("gpuslice-h14-pass", "h"),
+    );
+    let high = Params {
+        high: true,
+        ..params(20)
+    };
+    sched.add(0, "h", &dh, 0, high);
+    let lh = Lease::open(&dh).unwrap();
+    let uh = Usage::open(&dh, 1).unwrap();
+    let gh = uh.gate_words(0).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(lh.pass(0), 0, "alone on the device: no pass");
+
+    sched.add(0, "n", &dn, 0, params(50));
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = Arc::new(AtomicU64::new(0));
+    let t = {
+        let (d, s, b) = (dn.clone(), Arc::clone(&stop), Arc::clone(&busy));
+        std::thread::spawn(move || tenant(&d, s, b))
+    };
+    let ln = Lease::open(&dn).unwrap();
+    eventually(
+        "the neighbour holds the lease and the high slice a pass",
+        || ln.word(0).unwrap().load() & LEASE_HELD != 0 && lh.pass(0) != 0,
+    );
+    let pass = lh.pass(0);
+    assert_ne!(pass, ln.grant(0), "a pass is an id of its own");
+
+    // The gate's side of taking it: one launch went, one thread counts in `demand`.
+    gh.passed.store(pass, Relaxed);
+    if gh.demand.fetch_add(1, AcqRel) == 0 {
+        futex(gh.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
+    }
+    eventually("the high slice is granted under its pass", || {
+        lh.word(0).unwrap().load() & LEASE_HELD != 0 && lh.grant(0) == pass
+    });
+    assert_eq!(lh.pass(0), 0, "no pass while it holds the lease");
+
+    // The gate thread's side once granted: the launch counts as the grant's, the demand it
+    // claimed goes, and the launch completed and nothing followed (idle).
+    gh.seen.store(lh.word(0).unwrap().load(), Relaxed);
+    gh.demand.fetch_sub(1, AcqRel);
+    gh.busy.store(u64::from(pass) << 32, Relaxed);
+    futex(
+        gh.busy.as_ptr().cast(),
+        libc::FUTEX_WAKE,
+        i32::MAX as u32,
+        0,
+    );
+    eventually(
+        "the idle high slice hands back and holds a fresh pass",
+        || lh.word(0).unwrap().load() & LEASE_HELD == 0 && lh.pass(0) != 0 && lh.pass(0) != pass,
+    );
+
+    stop.store(true, Relaxed);
+    t.join().unwrap();
+    sched.remove("n");
+    eventually("alone again: the pass is withdrawn", || lh.pass(0) == 0);
+    sched.remove("h");
+    assert!(busy.load(Relaxed) > 0, "the neighbour ran");
+    for d in [dn, dh] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

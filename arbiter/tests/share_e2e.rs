@@ -104,3 +104,79 @@ fn memory_update_reaches_the_limits_file_at_once() {
     }
     assert_eq!(limits.device(0).map(|d| d.compute_guarantee), Some(4000));
 }
+
+/// A `priority: high` request tenant beside a saturating neighbour: its requests' first
+/// launches go on the one-launch pass the arbiter arms in its lease slot (the slice's `passed`
+/// word takes the pass ids, and the slice is granted under them), and no demand is left
+/// claimed once the tenant is gone.
+#[test]
+fn high_priority_requests_launch_on_their_passes() {
+    use gpuslice_region::layout::LEASE_HELD;
+    use gpuslice_region::{Lease, Usage};
+    use std::collections::BTreeSet;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let n = Node::start("pass");
+    let t = n.admit("train", "\"compute\":50,\"memory\":\"1Gi\"");
+    let h = n.admit(
+        "infer",
+        "\"compute\":20,\"priority\":\"high\",\"memory\":\"1Gi\"",
+    );
+    let tn = n.tenant(
+        &t,
+        &[
+            "saturate",
+            "--kernel-us",
+            "1000",
+            "--seconds",
+            "3",
+            "--depth",
+            "64",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let mut th = n.tenant(
+        &h,
+        &[
+            "bursty",
+            "--kernel-us",
+            "1000",
+            "--rate",
+            "50",
+            "--seconds",
+            "2",
+        ],
+    );
+    let lease = Lease::open(&h).unwrap();
+    let usage = Usage::open(&h, 1).unwrap();
+    let words = usage.gate_words(0).unwrap();
+    let (mut taken, mut granted) = (BTreeSet::new(), BTreeSet::new());
+    let until = Instant::now() + Duration::from_secs(10);
+    while th.try_wait().unwrap().is_none() && Instant::now() < until {
+        let p = words.passed.load(Relaxed);
+        if p != 0 {
+            taken.insert(p);
+        }
+        if lease.word(0).unwrap().load() & LEASE_HELD != 0 {
+            granted.insert(lease.grant(0));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let out = th.wait_with_output().unwrap();
+    assert!(out.status.success(), "request tenant failed");
+    let under_pass = taken.intersection(&granted).count();
+    eprintln!(
+        "{} passes taken, {under_pass} seen granted, {} grants seen",
+        taken.len(),
+        granted.len()
+    );
+    // 100 requests, each after an idle spell: most take a pass (polling misses some).
+    assert!(
+        taken.len() >= 20 && under_pass >= 10,
+        "{} passes taken, {under_pass} of them seen granted",
+        taken.len()
+    );
+    kernels(tn);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(words.demand.load(Relaxed), 0, "demand left claimed");
+}

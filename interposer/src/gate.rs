@@ -97,6 +97,12 @@ struct Entry {
     timing: Mutex<Timing>,
     /// Recent quiet spells: how long to linger before reporting the process quiet.
     linger: Linger,
+    /// The one-launch pass this process took and whose grant its gate thread has not seen yet
+    /// (0: none): the process counts one thread in `demand` for it until then.
+    pass_wait: AtomicU32,
+    /// The grant id in force when that pass was taken: any other id means the slice was
+    /// granted since.
+    pass_prev: AtomicU32,
 }
 
 /// What the queue bound learnt of this process's launches: the device time between
@@ -146,6 +152,8 @@ const ENTRY: Entry = Entry {
         last: None,
     }),
     linger: Linger::new(),
+    pass_wait: AtomicU32::new(0),
+    pass_prev: AtomicU32::new(0),
 };
 static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
@@ -193,6 +201,14 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     }
     let mut w = word.load();
     if !may_launch(w) {
+        if let Some(pass) = take_pass(g, e) {
+            // Launched now, as the grant `pass` the slice is about to get.
+            held_slow(g, e, w, stream as usize, pass);
+            if counted {
+                mark_busy(g, e, pass);
+            }
+            return Ok(counted);
+        }
         w = wait_for_lease(g, e, counted);
     }
     if w & LEASE_UNGATED != 0 {
@@ -200,12 +216,74 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     }
     let s = stream as usize;
     if LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
-        held_slow(g, e, w, s);
+        held_slow(g, e, w, s, g.slice.lease.grant(e));
     }
     if counted {
-        mark_busy(g, e);
+        mark_busy(g, e, g.slice.lease.grant(e));
     }
     Ok(counted)
+}
+
+/// Takes the slice's one-launch pass of entry `e` (`LeaseSlot::pass`), if the arbiter armed
+/// one and no process of the slice took it yet; returns its grant id. The process then counts
+/// one thread in `demand` (so the arbiter grants the slice, under that id) until its gate
+/// thread sees the grant ([`settle_pass`]).
+#[cold]
+fn take_pass(g: &crate::state::MemoryGate, e: usize) -> Option<u32> {
+    let pass = g.slice.lease.pass(e);
+    if pass == 0 {
+        return None;
+    }
+    let words = g.slice.usage.gate_words(e)?;
+    let cur = words.passed.load(Acquire);
+    if cur == pass
+        || words
+            .passed
+            .compare_exchange(cur, pass, AcqRel, Acquire)
+            .is_err()
+    {
+        return None;
+    }
+    let ent = &ENTRIES[e];
+    ent.pass_prev.store(g.slice.lease.grant(e), Release);
+    if ent.pass_wait.swap(pass, AcqRel) == 0 && words.demand.fetch_add(1, AcqRel) == 0 {
+        futex_wake(words.demand.as_ptr());
+    }
+    Some(pass)
+}
+
+/// The gate thread's part of a pass: once the slice was granted since the pass was taken
+/// (the lease is held, or the grant id moved on), the thread counted in `demand` for it leaves,
+/// and a grant under the pass's id records the launch made on it as the grant's activity
+/// (`seen`), as that launch would have had it waited. Returns the pass still waiting for its
+/// grant (0: none).
+fn settle_pass(
+    g: &crate::state::MemoryGate,
+    e: usize,
+    w: u32,
+    words: &gpuslice_region::GateWords<'_>,
+) -> u32 {
+    let ent = &ENTRIES[e];
+    let pass = ent.pass_wait.load(Acquire);
+    if pass == 0 {
+        return 0;
+    }
+    let grant = g.slice.lease.grant(e);
+    let held = w & LEASE_HELD != 0;
+    if !held && grant == ent.pass_prev.load(Acquire) {
+        return pass;
+    }
+    if held && grant == pass {
+        words.seen.store(w, Relaxed);
+    }
+    if ent
+        .pass_wait
+        .compare_exchange(pass, 0, AcqRel, Acquire)
+        .is_ok()
+    {
+        words.demand.fetch_sub(1, AcqRel);
+    }
+    0
 }
 
 /// A lease word that lets a launch through.
@@ -230,9 +308,8 @@ pub(crate) fn after_launch(stream: CUstream, counted: bool) {
 /// Counts this process in the slice's `busy` word under the current grant, once per quiet
 /// spell (the launch that ends it), and wakes a gate thread waiting on that word.
 #[inline(always)]
-fn mark_busy(g: &crate::state::MemoryGate, e: usize) {
+fn mark_busy(g: &crate::state::MemoryGate, e: usize, grant: u32) {
     let ent = &ENTRIES[e];
-    let grant = g.slice.lease.grant(e);
     // `seq` was raised (SeqCst) before this load: a gate thread that clears `busy` after it
     // sees the raise and marks the process busy again itself (see `watch_quiet`).
     if grant == 0 || ent.busy.load(SeqCst) == grant {
@@ -251,16 +328,16 @@ fn set_busy(g: &crate::state::MemoryGate, e: usize, grant: u32) {
     }
 }
 
-/// Once per lease word and stream per thread: activity, pending registration, stream set.
+/// Once per lease word and stream per thread: activity, pending registration under `grant`,
+/// stream set.
 #[cold]
-fn held_slow(g: &crate::state::MemoryGate, e: usize, w: u32, s: usize) {
+fn held_slow(g: &crate::state::MemoryGate, e: usize, w: u32, s: usize, grant: u32) {
     let Some(words) = g.slice.usage.gate_words(e) else {
         return;
     };
     if words.seen.load(Relaxed) != w {
         words.seen.store(w, Relaxed);
     }
-    let grant = g.slice.lease.grant(e);
     let ent = &ENTRIES[e];
     ensure_thread(e);
     if ent.registered.swap(grant, AcqRel) != grant {
@@ -416,6 +493,8 @@ extern "C" fn after_fork_child() {
         ent.busy.store(0, Relaxed);
         ent.launching.store(0, Relaxed);
         ent.lease_waiting.store(0, Relaxed);
+        // The parent's pass, if any, is the parent's to settle.
+        ent.pass_wait.store(0, Relaxed);
         ent.linger.reset();
         if let Ok(mut v) = ent.streams.try_lock() {
             v.clear();
@@ -438,6 +517,11 @@ extern "C" fn after_fork_child() {
 extern "C" fn at_exit() {
     let Some(g) = memory_gate() else { return };
     for (e, ent) in ENTRIES.iter().enumerate() {
+        if ent.pass_wait.swap(0, AcqRel) != 0 {
+            if let Some(words) = g.slice.usage.gate_words(e) {
+                words.demand.fetch_sub(1, AcqRel);
+            }
+        }
         let grant = ent.registered.load(Acquire);
         if grant == 0 || ent.drained.swap(grant, AcqRel) == grant {
             continue;
@@ -491,7 +575,12 @@ fn gate_thread(e: usize) {
     loop {
         let w = word.load();
         let grant = ent.registered.load(Acquire);
-        if w & (LEASE_HELD | LEASE_UNGATED) == 0 && grant != 0 && ent.drained.load(Acquire) != grant
+        // Work launched on a pass is not drained before its grant came (and went).
+        let unpassed = settle_pass(g, e, w, &words) != grant;
+        if w & (LEASE_HELD | LEASE_UNGATED) == 0
+            && grant != 0
+            && ent.drained.load(Acquire) != grant
+            && unpassed
         {
             // Early hand-off: once at most this process's last kernel is left, say so (the
             // arbiter grants the next slice while it runs, hiding the wake-ups of a hand-off).

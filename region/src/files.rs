@@ -351,6 +351,14 @@ impl Lease {
             .get(dev)
             .map_or(0, |s| s.grant.load(Acquire))
     }
+    /// The one-launch pass of device `dev` (`LeaseSlot::pass`, 0 = none).
+    pub fn pass(&self, dev: usize) -> u32 {
+        self.map
+            .get()
+            .devices
+            .get(dev)
+            .map_or(0, |s| s.pass.load(Acquire))
+    }
 }
 
 /// The arbiter's writable view of `lease`.
@@ -382,6 +390,10 @@ impl LeaseWriter {
     pub fn ahead_us(&self, dev: usize) -> Option<&AtomicU32> {
         self.map.get().devices.get(dev).map(|s| &s.ahead_us)
     }
+    /// The one-launch pass of device `dev` (`LeaseSlot::pass`).
+    pub fn pass(&self, dev: usize) -> Option<&AtomicU32> {
+        self.map.get().devices.get(dev).map(|s| &s.pass)
+    }
 }
 
 /// The launch gate's words in `usage` for one device (tenant side, writable mapping only).
@@ -397,6 +409,8 @@ pub struct GateWords<'a> {
     pub near: &'a AtomicU64,
     /// `(grant << 32) | processes` with work queued or a launch in progress.
     pub busy: &'a AtomicU64,
+    /// The one-launch pass taken last.
+    pub passed: &'a AtomicU32,
 }
 
 /// A copy of one device's scheduler words from `usage`, as the arbiter reads them. Hostile:
@@ -589,6 +603,7 @@ impl Usage {
             pending: &d.pending,
             near: &d.near,
             busy: &d.busy,
+            passed: &d.passed,
         })
     }
 

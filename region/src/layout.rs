@@ -164,8 +164,17 @@ pub struct LeaseSlot {
     /// while a high-priority slice shares the device: a slice keeps its next kernel back until
     /// the one running is about to end, so a revoke leaves at most this much plus one launch.
     pub ahead_us: AtomicU32,
+    /// A one-launch pass (0 = none; zero in files written before it existed): while the slice
+    /// does not hold the lease, the id of the grant it will get next. Set by the arbiter for a
+    /// `priority: high` slice on a shared device, so a request's own thread queues its first
+    /// kernel at once instead of waiting for the arbiter's loop and then its own wake-up; the
+    /// slice's gates take it once (`DeviceUsage::passed`), register that launch under this
+    /// grant id and count themselves in `demand`, and the arbiter grants the slice under it.
+    pub pass: AtomicU32,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 6],
+    pub reserved32: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: [AtomicU64; 5],
 }
 
 /// `DeviceUsage::total` bit 63: the total is frozen by a process recomputing it.
@@ -212,8 +221,14 @@ pub struct DeviceUsage {
     /// and it launched nothing for a short linger. At 0 for the current grant the holder is
     /// idle and the arbiter hands the lease on at once when others wait.
     pub busy: AtomicU64,
+    /// The one-launch pass (`LeaseSlot::pass`) a process of the slice took last: a gate takes
+    /// the pass by a compare-and-swap from any other value to it, so the slice's processes
+    /// together make one launch per pass. Only the slice's own gates read it.
+    pub passed: AtomicU32,
     /// Reserved, zero.
-    pub reserved: [AtomicU64; 3],
+    pub reserved32: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: [AtomicU64; 2],
 }
 
 /// `ProcRecord::state` low byte values.

@@ -74,6 +74,9 @@ struct SliceRt {
     lease: LeaseWriter,
     usage: Usage,
     entry: usize,
+    /// The one-launch pass armed in the slice's lease slot (the id of its next grant; 0 =
+    /// none).
+    pass: u32,
 }
 
 impl SliceRt {
@@ -254,6 +257,7 @@ impl Loop {
                     wake_at
                 }
             };
+            self.arm_passes(now);
             self.publish(now, false);
             if self.policy.holder().is_none() && self.last_publish < self.active_until {
                 self.publish(now, now.saturating_sub(self.last_publish) >= 400_000_000);
@@ -289,14 +293,20 @@ impl Loop {
                         Ok((lease, usage)) if lease.word(entry).is_some() => {
                             if let Some(i) = self.policy.index(&id) {
                                 self.policy.set_slice(&id, params, now);
+                                self.disarm(i);
                                 self.rt[i] = SliceRt {
                                     lease,
                                     usage,
                                     entry,
+                                    pass: 0,
                                 };
                             } else {
                                 self.policy.set_slice(&id, params, now);
-                                // Not held, gated: the slice waits for its first grant.
+                                // Not held, gated: the slice waits for its first grant
+                                // (no pass left by an earlier arbiter).
+                                if let Some(p) = lease.pass(entry) {
+                                    p.store(0, Release);
+                                }
                                 if let Some(w) = lease.word(entry) {
                                     let v = w.load(Relaxed);
                                     w.store(
@@ -309,6 +319,7 @@ impl Loop {
                                     lease,
                                     usage,
                                     entry,
+                                    pass: 0,
                                 });
                             }
                             changed = true;
@@ -331,6 +342,7 @@ impl Loop {
                         if self.draining.iter().any(|d| d.id == id) {
                             self.check_drain(true);
                         }
+                        self.disarm(i);
                         self.stop_watchers();
                         self.policy.remove_slice(&id);
                         self.rt.remove(i);
@@ -401,11 +413,58 @@ impl Loop {
         }
     }
 
-    fn grant(&mut self, i: usize, now: u64) {
+    /// The next grant id (never 0).
+    fn next_grant_id(&mut self) -> u32 {
         self.grant_seq = self.grant_seq.wrapping_add(1).max(1);
+        self.grant_seq
+    }
+
+    /// Arms a one-launch pass for every slice that may hold one and has none
+    /// ([`Policy::may_pass`]), and withdraws it from those that may no longer. The pass is the
+    /// id of the slice's next grant: a gate that takes it registers its launch under that id,
+    /// and [`Loop::grant`] grants under it, so the launch is drained and charged as the
+    /// grant's. A withdrawn pass a gate took meanwhile only leaves that launch registered
+    /// under an id never granted (its demand still brings the next grant).
+    fn arm_passes(&mut self, now: u64) {
+        for i in 0..self.rt.len() {
+            // Not while its own queued work of the last lease is still draining: a launch
+            // registered under the pass would retag its `pending` and end that drain early.
+            let id = &self.policy.slices()[i].id;
+            let draining = self.draining.iter().any(|d| &d.id == id);
+            let may = !draining && self.policy.may_pass(i, now);
+            if may && self.rt[i].pass == 0 {
+                let id = self.next_grant_id();
+                let rt = &mut self.rt[i];
+                if let Some(p) = rt.lease.pass(rt.entry) {
+                    p.store(id, Release);
+                    rt.pass = id;
+                }
+            } else if !may && self.rt[i].pass != 0 && self.policy.holder() != Some(i) {
+                self.disarm(i);
+            }
+        }
+    }
+
+    /// Withdraws slice `i`'s pass; returns the id it carried (0 = none).
+    fn disarm(&mut self, i: usize) -> u32 {
+        let Some(rt) = self.rt.get_mut(i) else {
+            return 0;
+        };
+        if let Some(p) = rt.lease.pass(rt.entry) {
+            p.store(0, Release);
+        }
+        std::mem::take(&mut rt.pass)
+    }
+
+    fn grant(&mut self, i: usize, now: u64) {
+        // A slice holding a pass is granted under it (its gate may have launched on it).
+        let id = match self.disarm(i) {
+            0 => self.next_grant_id(),
+            pass => pass,
+        };
         let rt = &self.rt[i];
         if let Some(g) = rt.lease.grant(rt.entry) {
-            g.store(self.grant_seq, Release);
+            g.store(id, Release);
         }
         let w = rt.word();
         let v = w.load(Relaxed);

@@ -821,6 +821,23 @@ impl Policy {
         high.into_iter().any(|i| self.eligible(i, now))
     }
 
+    /// Whether slice `i` may hold a one-launch pass at `now` (`LeaseSlot::pass`): a
+    /// `priority: high` slice that does not hold the lease, shares the device, is within its
+    /// ceiling and is not backing off (its claims would be ignored, and the launch would run
+    /// unscheduled). Such a slice preempts any other holder as soon as it waits, so letting
+    /// its first launch go before the grant changes the order of nothing, only the time the
+    /// host wake-ups of that grant take out of its latency.
+    pub fn may_pass(&mut self, i: usize, now: u64) -> bool {
+        let Some(s) = self.slices.get(i) else {
+            return false;
+        };
+        s.params.high
+            && self.slices.len() > 1
+            && self.holder.map(|h| h.idx) != Some(i)
+            && (s.strikes == 0 || now >= s.backoff_until)
+            && self.eligible(i, now)
+    }
+
     /// Up to when the drain of slice `i`, handed on early at `near_at` (down to its last
     /// kernel), is charged to it at most: half a quantum later while its last kernels are
     /// known to be that short (early hand-offs are made for that, [`Policy::early_ok`]);
@@ -1254,6 +1271,43 @@ mod tests {
         f.run(f.now + 500 * MS);
         let s = f.shares();
         assert!((s[0] - 0.7).abs() < 0.04, "{s:?}");
+    }
+
+    /// A pass goes only to a high-priority slice that shares the device without holding it
+    /// and is within its ceiling.
+    #[test]
+    fn a_pass_is_for_a_high_slice_beside_another_that_may_run() {
+        let mut p = Policy::new(5 * MS);
+        let hi = p.set_slice(
+            "infer",
+            Params {
+                high: true,
+                ..g(10)
+            },
+            0,
+        );
+        assert!(!p.may_pass(hi, 0), "alone on the device");
+        let lo = p.set_slice("train", g(50), 0);
+        assert!(p.may_pass(hi, 0));
+        assert!(!p.may_pass(lo, 0), "not high");
+        p.granted(hi, 0);
+        assert!(!p.may_pass(hi, MS), "it holds the lease");
+        p.revoked(2 * MS, false);
+        assert!(p.may_pass(hi, 2 * MS));
+        // Capped at 1 %: after its 2 ms lease its bucket is empty for a while.
+        p.set_slice(
+            "infer",
+            Params {
+                high: true,
+                limit: 100,
+                ..g(1)
+            },
+            2 * MS,
+        );
+        p.granted(hi, 2 * MS);
+        p.revoked(200 * MS, false);
+        assert!(!p.may_pass(hi, 200 * MS), "over its ceiling");
+        assert!(p.may_pass(hi, 200 * MS + 100_000 * MS), "refilled");
     }
 
     #[test]
