@@ -163,6 +163,8 @@ fn high_priority_requests_launch_on_their_passes() {
         std::thread::sleep(Duration::from_micros(200));
     }
     let out = th.wait_with_output().unwrap();
+    let st = n.0.call("{\"version\":1,\"op\":\"status\"}");
+    eprintln!("{}", st["devices"][0]["shares"]);
     assert!(out.status.success(), "request tenant failed");
     let under_pass = taken.intersection(&granted).count();
     eprintln!(
@@ -170,12 +172,20 @@ fn high_priority_requests_launch_on_their_passes() {
         taken.len(),
         granted.len()
     );
-    // 100 requests, each after an idle spell: most take a pass (polling misses some).
+    // 100 requests, each after an idle spell: each takes a pass (measured: 101 of 101, all
+    // seen granted; polling every 200 µs on a loaded host may miss some).
     assert!(
-        taken.len() >= 20 && under_pass >= 10,
+        taken.len() >= 50 && under_pass >= 30,
         "{} passes taken, {under_pass} of them seen granted",
         taken.len()
     );
+    // An honest request tenant is never taken for one that claims demand without launching.
+    let infer = st["devices"][0]["shares"]
+        .as_array()
+        .and_then(|v| v.iter().find(|s| s["slice_id"] == "infer"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no share of infer in {st}"));
+    assert_eq!(infer["strikes_total"].as_u64().unwrap_or(0), 0, "{infer}");
     kernels(tn);
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(words.demand.load(Relaxed), 0, "demand left claimed");

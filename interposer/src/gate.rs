@@ -202,11 +202,13 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     let mut w = word.load();
     if !may_launch(w) {
         if let Some(pass) = take_pass(g, e) {
-            // Launched now, as the grant `pass` the slice is about to get.
+            // Launched now, as the grant `pass` the slice is about to get: registered first,
+            // then announced (the grant may follow at once).
             held_slow(g, e, w, stream as usize, pass);
             if counted {
                 mark_busy(g, e, pass);
             }
+            announce_pass(g, e, pass);
             return Ok(counted);
         }
         w = wait_for_lease(g, e, counted);
@@ -225,9 +227,7 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
 }
 
 /// Takes the slice's one-launch pass of entry `e` (`LeaseSlot::pass`), if the arbiter armed
-/// one and no process of the slice took it yet; returns its grant id. The process then counts
-/// one thread in `demand` (so the arbiter grants the slice, under that id) until its gate
-/// thread sees the grant ([`settle_pass`]).
+/// one and no process of the slice took it yet; returns its grant id.
 #[cold]
 fn take_pass(g: &crate::state::MemoryGate, e: usize) -> Option<u32> {
     let pass = g.slice.lease.pass(e);
@@ -244,23 +244,33 @@ fn take_pass(g: &crate::state::MemoryGate, e: usize) -> Option<u32> {
     {
         return None;
     }
+    Some(pass)
+}
+
+/// After the launch on pass `pass` was registered: the process counts one thread in `demand`
+/// (so the arbiter grants the slice, under that id) until its gate thread sees the grant
+/// ([`settle_pass`]).
+#[cold]
+fn announce_pass(g: &crate::state::MemoryGate, e: usize, pass: u32) {
+    let Some(words) = g.slice.usage.gate_words(e) else {
+        return;
+    };
     let ent = &ENTRIES[e];
     ent.pass_prev.store(g.slice.lease.grant(e), Release);
     if ent.pass_wait.swap(pass, AcqRel) == 0 && words.demand.fetch_add(1, AcqRel) == 0 {
         futex_wake(words.demand.as_ptr());
     }
-    Some(pass)
 }
 
-/// The gate thread's part of a pass: once the slice was granted since the pass was taken
-/// (the lease is held, or the grant id moved on), the thread counted in `demand` for it leaves,
-/// and a grant under the pass's id records the launch made on it as the grant's activity
-/// (`seen`), as that launch would have had it waited. Returns the pass still waiting for its
-/// grant (0: none).
+/// The gate thread's part of a pass: once the slice holds the lease under the pass's id, the
+/// launch made on it is recorded as that grant's activity (`seen`, as the launch would have
+/// stored had it waited) and the thread counted in `demand` for it leaves; so it does once the
+/// grant id moved on to another grant (the pass was withdrawn, or its grant came and went
+/// unseen). Returns the pass still waiting for its grant (0: none).
 fn settle_pass(
     g: &crate::state::MemoryGate,
     e: usize,
-    w: u32,
+    word: &gpuslice_region::LeaseWord<'_>,
     words: &gpuslice_region::GateWords<'_>,
 ) -> u32 {
     let ent = &ENTRIES[e];
@@ -268,13 +278,17 @@ fn settle_pass(
     if pass == 0 {
         return 0;
     }
+    // The arbiter stores the grant id before the word: read in the other order, a grant under
+    // the pass whose word is not held yet is still to come (its store wakes this thread).
     let grant = g.slice.lease.grant(e);
-    let held = w & LEASE_HELD != 0;
-    if !held && grant == ent.pass_prev.load(Acquire) {
-        return pass;
-    }
-    if held && grant == pass {
+    let w = word.load();
+    if grant == pass {
+        if w & LEASE_HELD == 0 {
+            return pass;
+        }
         words.seen.store(w, Relaxed);
+    } else if grant == ent.pass_prev.load(Acquire) && w & LEASE_HELD == 0 {
+        return pass;
     }
     if ent
         .pass_wait
@@ -335,7 +349,8 @@ fn held_slow(g: &crate::state::MemoryGate, e: usize, w: u32, s: usize, grant: u3
     let Some(words) = g.slice.usage.gate_words(e) else {
         return;
     };
-    if words.seen.load(Relaxed) != w {
+    // A launch on a pass (not held) is recorded as its grant's activity once granted.
+    if w & LEASE_HELD != 0 && words.seen.load(Relaxed) != w {
         words.seen.store(w, Relaxed);
     }
     let ent = &ENTRIES[e];
@@ -576,7 +591,7 @@ fn gate_thread(e: usize) {
         let w = word.load();
         let grant = ent.registered.load(Acquire);
         // Work launched on a pass is not drained before its grant came (and went).
-        let unpassed = settle_pass(g, e, w, &words) != grant;
+        let unpassed = settle_pass(g, e, &word, &words) != grant;
         if w & (LEASE_HELD | LEASE_UNGATED) == 0
             && grant != 0
             && ent.drained.load(Acquire) != grant

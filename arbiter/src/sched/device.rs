@@ -426,6 +426,9 @@ impl Loop {
     /// grant's. A withdrawn pass a gate took meanwhile only leaves that launch registered
     /// under an id never granted (its demand still brings the next grant).
     fn arm_passes(&mut self, now: u64) {
+        if !passes() {
+            return;
+        }
         for i in 0..self.rt.len() {
             // Not while its own queued work of the last lease is still draining: a launch
             // registered under the pass would retag its `pending` and end that drain early.
@@ -934,6 +937,13 @@ impl Loop {
 fn early_handoff() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").map_or(true, |v| v != "0"))
+}
+
+/// One-launch passes for high-priority slices are on unless `GPUSLICE_SCHED_PASS=0` (a
+/// benchmark switch, as above).
+fn passes() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPUSLICE_SCHED_PASS").map_or(true, |v| v != "0"))
 }
 
 /// Holds of the free device for a late slice (`policy/anticipate.rs`) are on unless
