@@ -67,6 +67,8 @@ thread_local! {
     /// (lease word, entry) of this thread's last slow path and the streams seen under it.
     static LAST: Cell<(u32, usize)> = const { Cell::new((u32::MAX, usize::MAX)) };
     static STREAMS: Cell<[usize; CACHE]> = const { Cell::new([usize::MAX; CACHE]) };
+    /// The pass this thread launched on, announced once the launch is queued (0: none).
+    static PASSED: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Per device entry, process-wide.
@@ -203,12 +205,16 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     if !may_launch(w) {
         if let Some(pass) = take_pass(g, e) {
             // Launched now, as the grant `pass` the slice is about to get: registered first,
-            // then announced (the grant may follow at once).
+            // then announced (the grant may follow at once, and the gate thread then stores
+            // the grant's `seen`, which a later registration would overwrite).
             held_slow(g, e, w, stream as usize, pass);
             if counted {
                 mark_busy(g, e, pass);
             }
-            announce_pass(g, e, pass);
+            // Announced once the kernel is queued ([`after_launch`]): the announcement wakes
+            // the real-time arbiter, which may take this thread's CPU, and on a busy host
+            // the thread may then wait for a CFS slice before it launches.
+            PASSED.set(pass);
             return Ok(counted);
         }
         w = wait_for_lease(g, e, counted);
@@ -316,6 +322,9 @@ pub(crate) fn after_launch(stream: CUstream, counted: bool) {
     }
     if counted {
         ENTRIES[e].launching.fetch_sub(1, SeqCst);
+    }
+    if PASSED.get() != 0 {
+        announce_pass(g, e, PASSED.replace(0));
     }
 }
 
