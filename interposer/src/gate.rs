@@ -100,8 +100,10 @@ struct Entry {
     /// Recent quiet spells: how long to linger before reporting the process quiet.
     linger: Linger,
     /// The one-launch pass this process took and whose grant its gate thread has not seen yet
-    /// (0: none): the process counts one thread in `demand` for it until then.
-    pass_wait: AtomicU32,
+    /// (0: none), in the low half; [`PASS_CLAIMED`] once the process counts one thread in
+    /// `demand` for it (until the gate thread sees the grant). Set before the launch is
+    /// registered, so the gate thread never drains that registration before its grant.
+    pass_wait: AtomicU64,
     /// The grant id in force when that pass was taken: any other id means the slice was
     /// granted since.
     pass_prev: AtomicU32,
@@ -154,9 +156,11 @@ const ENTRY: Entry = Entry {
         last: None,
     }),
     linger: Linger::new(),
-    pass_wait: AtomicU32::new(0),
+    pass_wait: AtomicU64::new(0),
     pass_prev: AtomicU32::new(0),
 };
+/// `Entry::pass_wait`: the process counts a thread in `demand` for the pass.
+const PASS_CLAIMED: u64 = 1 << 32;
 static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
 static FAILED_OPEN: AtomicBool = AtomicBool::new(false);
@@ -204,9 +208,16 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     let mut w = word.load();
     if !may_launch(w) {
         if let Some(pass) = take_pass(g, e) {
-            // Launched now, as the grant `pass` the slice is about to get: registered first,
+            // Launched now, as the grant `pass` the slice is about to get: marked, registered,
             // then announced (the grant may follow at once, and the gate thread then stores
             // the grant's `seen`, which a later registration would overwrite).
+            let ent = &ENTRIES[e];
+            ent.pass_prev.store(g.slice.lease.grant(e), Release);
+            // A claim not settled yet (an earlier pass whose grant this process's gate
+            // thread has not seen) carries over to this one.
+            let _ = ent.pass_wait.fetch_update(AcqRel, Acquire, |st| {
+                Some(u64::from(pass) | (st & PASS_CLAIMED))
+            });
             held_slow(g, e, w, stream as usize, pass);
             if counted {
                 mark_busy(g, e, pass);
@@ -253,17 +264,28 @@ fn take_pass(g: &crate::state::MemoryGate, e: usize) -> Option<u32> {
     Some(pass)
 }
 
-/// After the launch on pass `pass` was registered: the process counts one thread in `demand`
-/// (so the arbiter grants the slice, under that id) until its gate thread sees the grant
-/// ([`settle_pass`]).
+/// After the launch on pass `pass` was queued: the process counts one thread in `demand` (so
+/// the arbiter grants the slice, under that id) until its gate thread sees the grant
+/// ([`settle_pass`]); not if the gate thread already saw one (another thread's demand brought
+/// it). `demand` is raised before the claim is marked, so the gate thread never lowers it
+/// first.
 #[cold]
 fn announce_pass(g: &crate::state::MemoryGate, e: usize, pass: u32) {
     let Some(words) = g.slice.usage.gate_words(e) else {
         return;
     };
     let ent = &ENTRIES[e];
-    ent.pass_prev.store(g.slice.lease.grant(e), Release);
-    if ent.pass_wait.swap(pass, AcqRel) == 0 && words.demand.fetch_add(1, AcqRel) == 0 {
+    let was = words.demand.fetch_add(1, AcqRel);
+    let marked = u64::from(pass);
+    if ent
+        .pass_wait
+        .compare_exchange(marked, marked | PASS_CLAIMED, AcqRel, Acquire)
+        .is_err()
+    {
+        words.demand.fetch_sub(1, AcqRel);
+        return;
+    }
+    if was == 0 {
         futex_wake(words.demand.as_ptr());
     }
 }
@@ -280,30 +302,33 @@ fn settle_pass(
     words: &gpuslice_region::GateWords<'_>,
 ) -> u32 {
     let ent = &ENTRIES[e];
-    let pass = ent.pass_wait.load(Acquire);
-    if pass == 0 {
-        return 0;
-    }
-    // The arbiter stores the grant id before the word: read in the other order, a grant under
-    // the pass whose word is not held yet is still to come (its store wakes this thread).
-    let grant = g.slice.lease.grant(e);
-    let w = word.load();
-    if grant == pass {
-        if w & LEASE_HELD == 0 {
+    loop {
+        let state = ent.pass_wait.load(Acquire);
+        let pass = state as u32;
+        if pass == 0 {
+            return 0;
+        }
+        // The arbiter stores the grant id before the word: read in the other order, a grant
+        // under the pass whose word is not held yet is still to come (its store wakes this
+        // thread).
+        let grant = g.slice.lease.grant(e);
+        let w = word.load();
+        if grant == pass {
+            if w & LEASE_HELD == 0 {
+                return pass;
+            }
+            words.seen.store(w, Relaxed);
+        } else if grant == ent.pass_prev.load(Acquire) && w & LEASE_HELD == 0 {
             return pass;
         }
-        words.seen.store(w, Relaxed);
-    } else if grant == ent.pass_prev.load(Acquire) && w & LEASE_HELD == 0 {
-        return pass;
+        // The launching thread may add its claim, or take a newer pass, meanwhile: look again.
+        if let Ok(s) = ent.pass_wait.compare_exchange(state, 0, AcqRel, Acquire) {
+            if s & PASS_CLAIMED != 0 {
+                words.demand.fetch_sub(1, AcqRel);
+            }
+            return 0;
+        }
     }
-    if ent
-        .pass_wait
-        .compare_exchange(pass, 0, AcqRel, Acquire)
-        .is_ok()
-    {
-        words.demand.fetch_sub(1, AcqRel);
-    }
-    0
 }
 
 /// A lease word that lets a launch through.
@@ -541,7 +566,7 @@ extern "C" fn after_fork_child() {
 extern "C" fn at_exit() {
     let Some(g) = memory_gate() else { return };
     for (e, ent) in ENTRIES.iter().enumerate() {
-        if ent.pass_wait.swap(0, AcqRel) != 0 {
+        if ent.pass_wait.swap(0, AcqRel) & PASS_CLAIMED != 0 {
             if let Some(words) = g.slice.usage.gate_words(e) {
                 words.demand.fetch_sub(1, AcqRel);
             }
