@@ -54,6 +54,19 @@ impl Node {
     }
 }
 
+/// The workload's arguments for a tenant launching 1 ms kernels for 3 s, `depth` queued.
+fn saturate_1ms_3s(depth: &str) -> [&str; 7] {
+    [
+        "saturate",
+        "--kernel-us",
+        "1000",
+        "--seconds",
+        "3",
+        "--depth",
+        depth,
+    ]
+}
+
 fn kernels(c: Child) -> u64 {
     let o = c.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -69,15 +82,7 @@ fn guarantees_30_70_split_the_device() {
     let n = Node::start("3070");
     let a = n.admit("a", "\"compute\":30,\"memory\":\"1Gi\"");
     let b = n.admit("b", "\"compute\":70,\"memory\":\"1Gi\"");
-    let args = [
-        "saturate",
-        "--kernel-us",
-        "1000",
-        "--seconds",
-        "3",
-        "--depth",
-        "8",
-    ];
+    let args = saturate_1ms_3s("8");
     let ta = n.tenant(&a, &args);
     let tb = n.tenant(&b, &args);
     let (ka, kb) = (kernels(ta), kernels(tb));
@@ -122,18 +127,7 @@ fn high_priority_requests_launch_on_their_passes() {
         "infer",
         "\"compute\":20,\"priority\":\"high\",\"memory\":\"1Gi\"",
     );
-    let tn = n.tenant(
-        &t,
-        &[
-            "saturate",
-            "--kernel-us",
-            "1000",
-            "--seconds",
-            "3",
-            "--depth",
-            "64",
-        ],
-    );
+    let tn = n.tenant(&t, &saturate_1ms_3s("64"));
     std::thread::sleep(Duration::from_millis(300));
     let mut th = n.tenant(
         &h,
@@ -164,7 +158,6 @@ fn high_priority_requests_launch_on_their_passes() {
     }
     let out = th.wait_with_output().unwrap();
     let st = n.0.call("{\"version\":1,\"op\":\"status\"}");
-    eprintln!("{}", st["devices"][0]["shares"]);
     assert!(out.status.success(), "request tenant failed");
     let under_pass = taken.intersection(&granted).count();
     eprintln!(

@@ -442,7 +442,8 @@ impl Loop {
                     p.store(id, Release);
                     rt.pass = id;
                 }
-            } else if !may && self.rt[i].pass != 0 && self.policy.holder() != Some(i) {
+            } else if !may && self.rt[i].pass != 0 {
+                // (Never the holder: its pass went with its grant.)
                 self.disarm(i);
             }
         }
