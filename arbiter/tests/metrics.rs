@@ -134,6 +134,7 @@ fn scrape_parses_and_carries_the_numbers() {
             handoffs: 42,
             handoff_p99_ns: 40_000,
             realtime_priority: 10,
+            wakeups: 0,
             slices: vec![SliceShare {
                 slice_id: "job1".into(),
                 guarantee: 0.3,

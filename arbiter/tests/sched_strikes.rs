@@ -11,7 +11,7 @@ use gpuslice_arbiter::store::Store;
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
 use gpuslice_region::layout::LEASE_HELD;
 use gpuslice_region::{Lease, Usage};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 mod gate_words;
 use gate_words::{futex, slice_dir};
 
-/// An honest gate: waits with `demand` raised while not `HELD`, and while `HELD` "launches"
-/// (records the lease word in `seen`) every millisecond.
+/// An honest gate: waits with `demand` raised while not `HELD` (raised once for the whole
+/// wait, as the interposer's gate does), and while `HELD` "launches" (records the lease word in
+/// `seen`) every millisecond.
 fn honest(dir: &Path, stop: Arc<AtomicBool>, launches: Arc<AtomicU64>) {
     let lease = Lease::open(dir).unwrap();
     let usage = Usage::open(dir, 1).unwrap();
@@ -37,7 +38,11 @@ fn honest(dir: &Path, stop: Arc<AtomicBool>, launches: Arc<AtomicU64>) {
             if g.demand.fetch_add(1, AcqRel) == 0 {
                 futex(g.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
             }
-            futex(w.as_ptr(), libc::FUTEX_WAIT, word, 50);
+            let mut word = word;
+            while word & LEASE_HELD == 0 && !stop.load(Relaxed) {
+                futex(w.as_ptr(), libc::FUTEX_WAIT, word, 50);
+                word = w.load();
+            }
             g.demand.fetch_sub(1, AcqRel);
         }
     }
@@ -66,21 +71,35 @@ fn series(text: &str, key: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
 }
 
-#[test]
-fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
-    // A long quantum: an honest thread may be woken late on a loaded two-core host, and must
-    // not be struck for that (it has half a quantum plus one grace check).
-    let sched = Arc::new(Scheduler::new(Duration::from_millis(250)));
-    let (dl, dh) = (
-        slice_dir("gpuslice-strikes", "liar"),
-        slice_dir("gpuslice-strikes", "honest"),
-    );
+/// A scheduler of `quantum` with slices `a` and `b` at 50 % each on device 0, and their
+/// directories (named after `prefix`).
+fn two_halves(
+    quantum: Duration,
+    prefix: &str,
+    a: &str,
+    b: &str,
+) -> (Arc<Scheduler>, PathBuf, PathBuf) {
+    let sched = Arc::new(Scheduler::new(quantum));
+    let (da, db) = (slice_dir(prefix, a), slice_dir(prefix, b));
     let p = Params {
         guarantee: 5_000,
         ..Params::default()
     };
-    sched.add(0, "liar", &dl, 0, p);
-    sched.add(0, "honest", &dh, 0, p);
+    sched.add(0, a, &da, 0, p);
+    sched.add(0, b, &db, 0, p);
+    (sched, da, db)
+}
+
+#[test]
+fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
+    // A long quantum: an honest thread may be woken late on a loaded two-core host, and must
+    // not be struck for that (it has half a quantum plus one grace check).
+    let (sched, dl, dh) = two_halves(
+        Duration::from_millis(250),
+        "gpuslice-strikes",
+        "liar",
+        "honest",
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let launches = Arc::new(AtomicU64::new(0));
     let threads = [
@@ -182,6 +201,7 @@ fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
     assert_eq!(m("gpuslice_slice_lease_strikes_total", "honest"), 0.0);
     assert_eq!(m("gpuslice_slice_lease_backed_off", "honest"), 0.0);
     assert_eq!(m("gpuslice_slice_lease_strikes_consecutive", "honest"), 0.0);
+    assert_eq!(m("gpuslice_slice_spurious_wakes_total", "honest"), 0.0);
 
     stop.store(true, Relaxed);
     for t in threads {
@@ -190,6 +210,112 @@ fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
     sched.remove("liar");
     sched.remove("honest");
     for d in [dl, dh, tmp] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
+
+/// `FUTEX_WAKE` on `addr` (shared), returning how many waiters it woke.
+fn wake(addr: *const u32) -> i64 {
+    // SAFETY: `addr` is a word of a live mapping held by the caller; FUTEX_WAKE reads nothing.
+    unsafe { libc::syscall(libc::SYS_futex, addr, libc::FUTEX_WAKE, i32::MAX, 0usize) }
+}
+
+/// Starts an honest gate on `dir` until `stop` and waits (at most 10 s, else `never`) for its
+/// first launch; its thread and launch count.
+fn gate_until_launched(
+    dir: &Path,
+    stop: &Arc<AtomicBool>,
+    never: &str,
+) -> (std::thread::JoinHandle<()>, Arc<AtomicU64>) {
+    let launches = Arc::new(AtomicU64::new(0));
+    let gate = {
+        let (s, d, n) = (Arc::clone(stop), dir.to_path_buf(), Arc::clone(&launches));
+        std::thread::spawn(move || honest(&d, s, n))
+    };
+    let t0 = Instant::now();
+    while launches.load(Relaxed) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{never}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (gate, launches)
+}
+
+#[test]
+fn a_wake_storm_is_muted_and_its_slice_is_still_heard() {
+    use gpuslice_arbiter::sched::wakes::{SPURIOUS_PER_WINDOW, WINDOW_NS};
+    let (sched, ds, dh) = two_halves(
+        Duration::from_millis(5),
+        "gpuslice-wakes",
+        "storm",
+        "honest",
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    // Let the loop settle with the honest slice holding the lease.
+    let (honest_gate, launches) = gate_until_launched(&dh, &stop, "the honest slice never ran");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = sched.status();
+    let launches_before = launches.load(Relaxed);
+
+    // The storm: FUTEX_WAKE on the storm slice's demand word, which stays 0, for 2 s.
+    let storm = 2u64;
+    let usage = Usage::open(&ds, 1).unwrap();
+    let g = usage.gate_words(0).unwrap();
+    let (mut calls, mut woke) = (0u64, 0u64);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(storm) {
+        calls += 1;
+        if wake(g.demand.as_ptr()) > 0 {
+            woke += 1;
+        }
+    }
+    // Past the last window, so that the status below was published after it.
+    std::thread::sleep(Duration::from_nanos(WINDOW_NS) + Duration::from_millis(150));
+    let after = sched.status();
+    let (s0, s1) = (share(&before, "storm"), share(&after, "storm"));
+    let d0 = before.devices.iter().find(|d| d.index == 0).unwrap();
+    let d1 = after.devices.iter().find(|d| d.index == 0).unwrap();
+    let wakeups = d1.wakeups - d0.wakeups;
+    let windows = storm * 1_000_000_000 / WINDOW_NS + 3;
+    eprintln!(
+        "storm: {calls} FUTEX_WAKE calls in {storm} s, {woke} woke the loop; loop wake-ups \
+         {wakeups}; spurious {} mutes {}",
+        s1.spurious_wakes - s0.spurious_wakes,
+        s1.wake_mutes - s0.wake_mutes
+    );
+    assert!(
+        s1.wake_mutes > s0.wake_mutes,
+        "the storm was never muted: {s1:?}"
+    );
+    assert!(s1.spurious_wakes - s0.spurious_wakes > u64::from(SPURIOUS_PER_WINDOW));
+    // Each window hears at most the budget plus one from the storm; the honest holder's
+    // renewals, checks and status publishing add a few hundred a second at most.
+    let bound = windows * u64::from(SPURIOUS_PER_WINDOW + 1) + storm * 500;
+    assert!(
+        woke <= bound && wakeups <= bound,
+        "{woke} wakes reached the loop, {wakeups} loop wake-ups (bound {bound})"
+    );
+    assert_eq!(
+        share(&after, "honest").spurious_wakes,
+        0,
+        "the honest slice was counted"
+    );
+    assert!(
+        launches.load(Relaxed) > launches_before,
+        "the honest slice stopped launching during the storm"
+    );
+
+    // The muted slice is still heard: its demand, once it really waits, gets it the lease.
+    let (storm_gate, _) = gate_until_launched(
+        &ds,
+        &stop,
+        "the stormy slice was never granted once it waited",
+    );
+    stop.store(true, Relaxed);
+    honest_gate.join().unwrap();
+    storm_gate.join().unwrap();
+    sched.remove("storm");
+    sched.remove("honest");
+    for d in [ds, dh] {
         let _ = std::fs::remove_dir_all(d);
     }
 }

@@ -105,13 +105,14 @@ impl Waitv {
 }
 
 /// `futex_waitv` on `words` (at most [`WAITV_MAX`]) until one is woken or differs from its
-/// value, or until `deadline` (absolute CLOCK_MONOTONIC ns; `None`: no deadline). `Ok` also
-/// for a timeout, an interruption or a word already changed; `Err` with the kernel's error
-/// otherwise — `ENOSYS` where the call does not exist, `EPERM` where a filter refuses it.
+/// value, or until `deadline` (absolute CLOCK_MONOTONIC ns; `None`: no deadline).
+/// `Ok(Some(i))`: entry `i` was woken (`FUTEX_WAKE`; its word may or may not have changed);
+/// `Ok(None)`: a timeout, an interruption or a word already changed; `Err` with the kernel's
+/// error otherwise — `ENOSYS` where the call does not exist, `EPERM` where a filter refuses it.
 ///
 /// # Safety
 /// Every entry must name a live, aligned, mapped `u32` for the whole call.
-pub unsafe fn waitv(words: &[Waitv], deadline: Option<u64>) -> io::Result<()> {
+pub unsafe fn waitv(words: &[Waitv], deadline: Option<u64>) -> io::Result<Option<usize>> {
     let words = words.get(..words.len().min(WAITV_MAX)).unwrap_or(&[]);
     let n = libc::c_uint::try_from(words.len()).unwrap_or(0);
     let ts = deadline.map(timespec);
@@ -132,11 +133,11 @@ pub unsafe fn waitv(words: &[Waitv], deadline: Option<u64>) -> io::Result<()> {
         )
     };
     if rc >= 0 {
-        return Ok(());
+        return Ok(usize::try_from(rc).ok());
     }
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => Ok(()),
+        Some(libc::EAGAIN | libc::ETIMEDOUT | libc::EINTR) => Ok(None),
         _ => Err(e),
     }
 }
@@ -180,7 +181,10 @@ mod tests {
         let t0 = now_ns();
         // SAFETY: live atomics.
         match unsafe { waitv(&v, Some(t0 + 20_000_000)) } {
-            Ok(()) => assert!(now_ns() - t0 >= 19_000_000, "deadline ended early"),
+            Ok(woken) => {
+                assert_eq!(woken, None, "nobody woke either word");
+                assert!(now_ns() - t0 >= 19_000_000, "deadline ended early");
+            }
             // A kernel without futex_waitv: the caller's fallback applies.
             Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOSYS)),
         }
@@ -194,11 +198,13 @@ mod tests {
         // SAFETY: live atomics.
         let r = unsafe { waitv(&v, Some(t0 + 5_000_000_000)) };
         t.join().unwrap();
-        if r.is_ok() {
+        if let Ok(woken) = r {
             assert!(
                 now_ns() - t0 < 4_000_000_000,
                 "the second word's wake was missed"
             );
+            // Woken by index, or (the store came before the call) found changed at once.
+            assert!(matches!(woken, Some(1) | None), "woken: {woken:?}");
         }
     }
 }

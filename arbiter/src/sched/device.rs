@@ -8,6 +8,7 @@
 use super::futex::{self, WaitWord, WAITV_MAX};
 use super::policy::{Decision, Observation, Params, Policy, MAX_DEMAND};
 use super::status::{DeviceSched, SliceShare};
+use super::wakes::WakeBudget;
 use gpuslice_region::layout::{LEASE_GENERATION_ONE, LEASE_HELD, LEASE_UNGATED};
 use gpuslice_region::{LeaseWriter, Usage, MAX_PROCS};
 use std::path::PathBuf;
@@ -77,6 +78,8 @@ struct SliceRt {
     /// The one-launch pass armed in the slice's lease slot (the id of its next grant; 0 =
     /// none).
     pass: u32,
+    /// Its spurious wakes of the loop ([`super::wakes`]).
+    wakes: WakeBudget,
 }
 
 impl SliceRt {
@@ -121,6 +124,7 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
         index,
         realtime,
         quick_wakes: std::cell::Cell::new(0),
+        wakeups: 0,
         ctl_seen: 0,
         policy: {
             let mut p = Policy::new(quantum_ns);
@@ -182,6 +186,8 @@ struct Loop {
     realtime: u32,
     /// Drain waits in a row that returned at once ([`Loop::wait_pending`]).
     quick_wakes: std::cell::Cell<u32>,
+    /// Times the loop's sleep returned, ever (status).
+    wakeups: u64,
     /// The control word as read before the queue was last taken (what the sleep waits on).
     ctl_seen: u32,
     policy: Policy,
@@ -294,11 +300,13 @@ impl Loop {
                             if let Some(i) = self.policy.index(&id) {
                                 self.policy.set_slice(&id, params, now);
                                 self.disarm(i);
+                                let wakes = std::mem::take(&mut self.rt[i].wakes);
                                 self.rt[i] = SliceRt {
                                     lease,
                                     usage,
                                     entry,
                                     pass: 0,
+                                    wakes,
                                 };
                             } else {
                                 self.policy.set_slice(&id, params, now);
@@ -320,6 +328,7 @@ impl Loop {
                                     usage,
                                     entry,
                                     pass: 0,
+                                    wakes: WakeBudget::default(),
                                 });
                             }
                             changed = true;
@@ -814,16 +823,24 @@ impl Loop {
         }
     }
 
-    fn sleep(&self, deadline: Option<u64>) {
+    fn sleep(&mut self, deadline: Option<u64>) {
+        let now = futex::now_ns();
         let mut words = Vec::with_capacity(self.rt.len().min(WAITV_MAX) + 1);
+        // The slice each word belongs to (None: the control word).
+        let mut owners = Vec::with_capacity(words.capacity());
         words.push(WaitWord {
             addr: self.ctl.word.as_ptr(),
             val: self.ctl_seen,
             private: true,
         });
+        owners.push(None);
+        // A slice muted for waking the loop for nothing is left out until its window ends;
+        // the loop wakes by then at the latest and sees whatever it changed.
+        let muted_until = self.rt.iter().filter_map(|rt| rt.wakes.muted(now)).min();
+        let heard = |rt: &SliceRt| rt.wakes.muted(now).is_none();
         let holder = self.policy.holder();
         for (i, rt) in self.rt.iter().enumerate() {
-            if Some(i) == holder {
+            if Some(i) == holder || !heard(rt) {
                 continue;
             }
             if let Some((demand, _)) = rt.usage.sched_futexes(rt.entry) {
@@ -834,34 +851,43 @@ impl Loop {
                     val,
                     private: false,
                 });
+                owners.push(Some(i));
             }
         }
         // A background drain's report wakes the loop at once (the next holder's charging
         // starts then).
         for d in self.draining.iter().filter(|d| d.over.is_none()) {
-            if let Some(rt) = self.policy.index(&d.id).map(|i| &self.rt[i]) {
-                if let Some((_, pending)) = rt.usage.sched_futexes(rt.entry) {
-                    words.insert(
-                        1,
-                        WaitWord {
-                            addr: pending,
-                            val: rt.usage.sched_sample(rt.entry).pending as u32,
-                            private: false,
-                        },
-                    );
-                }
+            let Some(i) = self.policy.index(&d.id) else {
+                continue;
+            };
+            let rt = &self.rt[i];
+            if !heard(rt) {
+                continue;
+            }
+            if let Some((_, pending)) = rt.usage.sched_futexes(rt.entry) {
+                words.insert(
+                    1,
+                    WaitWord {
+                        addr: pending,
+                        val: rt.usage.sched_sample(rt.entry).pending as u32,
+                        private: false,
+                    },
+                );
+                owners.insert(1, Some(i));
             }
         }
         // The holder's gate lowering `busy` to 0 (idle) wakes the loop, which hands the lease
         // on at once if others wait. Last, so that on a device with more slices than one wait
         // holds it is the word left out (the activity check then finds the idle holder).
-        if let Some(rt) = holder.map(|h| &self.rt[h]) {
+        if let Some(h) = holder.filter(|&h| heard(&self.rt[h])) {
+            let rt = &self.rt[h];
             if let Some(b) = rt.usage.busy_futex(rt.entry) {
                 words.push(WaitWord {
                     addr: b,
                     val: rt.usage.sched_sample(rt.entry).busy as u32,
                     private: false,
                 });
+                owners.push(Some(h));
             }
         }
         // Slices beyond the first OWN_WORDS are watched by helper threads.
@@ -877,7 +903,21 @@ impl Loop {
         } else {
             deadline
         };
-        futex::wait_any(&words, deadline);
+        let deadline = match (deadline, muted_until) {
+            (Some(d), Some(m)) => Some(d.min(m)),
+            (d, m) => d.or(m),
+        };
+        let woken = futex::wait_any(&words, deadline);
+        self.wakeups += 1;
+        // A wake that left its slice's word as it was is spurious: count it against the slice.
+        if let Some((w, Some(i))) = woken.and_then(|k| Some((words.get(k)?, *owners.get(k)?))) {
+            // SAFETY: the word is in a usage mapping `self.rt[i]` keeps alive; an atomic load
+            // only reads it.
+            let now_val = unsafe { (*(w.addr as *const AtomicU32)).load(Acquire) };
+            if now_val == w.val {
+                self.rt[i].wakes.spurious(futex::now_ns());
+            }
+        }
     }
 
     fn publish(&mut self, now: u64, force: bool) {
@@ -894,6 +934,7 @@ impl Loop {
             handoffs: self.policy.handoffs,
             handoff_p99_ns: handoff_p99,
             realtime_priority: self.realtime,
+            wakeups: self.wakeups,
             slices: self
                 .policy
                 .slices()
@@ -922,6 +963,8 @@ impl Loop {
                     },
                     holds: s.holds,
                     held_ns: s.held_ns,
+                    spurious_wakes: self.rt.get(i).map_or(0, |rt| rt.wakes.spurious_total),
+                    wake_mutes: self.rt.get(i).map_or(0, |rt| rt.wakes.mutes_total),
                 })
                 .collect(),
         };
@@ -1009,8 +1052,15 @@ fn watch(addrs: Vec<usize>, stop: Arc<AtomicU32>, ctl: Arc<Ctl>) {
             });
         }
         futex::wait_any(&words, None);
-        ctl.word.fetch_add(1, Release);
-        futex::wake_private(&ctl.word);
+        // SAFETY: as above.
+        let changed = words[1..]
+            .iter()
+            .any(|w| unsafe { (*(w.addr as *const AtomicU32)).load(Acquire) } != w.val);
+        // A wake that changed nothing (a tenant's `FUTEX_WAKE` by hand) is not passed on.
+        if changed {
+            ctl.word.fetch_add(1, Release);
+            futex::wake_private(&ctl.word);
+        }
         // Let the loop act before watching again (a changing word would otherwise spin).
         std::thread::sleep(Duration::from_micros(200));
     }

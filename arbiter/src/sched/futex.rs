@@ -32,8 +32,10 @@ pub struct WaitWord {
 
 /// Waits until any of `words` changes or is woken, or until `deadline` (CLOCK_MONOTONIC ns;
 /// `None` = no deadline). Only the first [`WAITV_MAX`] words are waited on. Without
-/// `futex_waitv`, [`wait_any_fallback`].
-pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) {
+/// `futex_waitv`, [`wait_any_fallback`]. Returns the index of the word a `FUTEX_WAKE` ended
+/// the wait on (whether or not its value changed: the caller compares), `None` otherwise
+/// (deadline, a word found changed, a signal).
+pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) -> Option<usize> {
     let words = &words[..words.len().min(WAITV_MAX)];
     if !crate::syscalls::use_futex_waitv() {
         return wait_any_fallback(words, deadline);
@@ -44,11 +46,13 @@ pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) {
         .collect();
     // SAFETY: every address is a live word the caller keeps mapped (this function's contract,
     // as for the fallback's loads).
-    if let Err(e) = unsafe { rf::waitv(&v, deadline) } {
-        if e.raw_os_error() == Some(libc::ENOSYS) {
+    match unsafe { rf::waitv(&v, deadline) } {
+        Ok(woken) => woken,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
             crate::syscalls::note_futex_waitv(Some(&e));
-            wait_any_fallback(words, deadline);
+            wait_any_fallback(words, deadline)
         }
+        Err(_) => None,
     }
 }
 
@@ -57,12 +61,13 @@ pub fn wait_any(words: &[WaitWord], deadline: Option<u64>) {
 /// slices; every waker here changes its word first.) Waits with `FUTEX_WAIT` on the first word (the loop's
 /// control word, or the watcher's stop word) in slices of `syscalls::FALLBACK_SLICE`, re-reading
 /// every other word between slices: a change of another word is seen within one slice.
-pub fn wait_any_fallback(words: &[WaitWord], deadline: Option<u64>) {
+/// Returns `Some(0)` when the first word was woken, else `None`.
+pub fn wait_any_fallback(words: &[WaitWord], deadline: Option<u64>) -> Option<usize> {
     let Some(first) = words.first() else {
         if let Some(d) = deadline {
             std::thread::sleep(Duration::from_nanos(d.saturating_sub(now_ns())));
         }
-        return;
+        return None;
     };
     let slice = crate::syscalls::FALLBACK_SLICE.as_nanos() as u64;
     loop {
@@ -73,14 +78,14 @@ pub fn wait_any_fallback(words: &[WaitWord], deadline: Option<u64>) {
             .any(|w| unsafe { (*(w.addr as *const AtomicU32)).load(Acquire) } != w.val);
         let now = now_ns();
         if changed || deadline.is_some_and(|d| now >= d) {
-            return;
+            return None;
         }
         let wait = deadline.map_or(slice, |d| (d - now).min(slice));
         let timeout = Duration::from_nanos(wait);
         // SAFETY: as above for `first.addr`.
         if unsafe { rf::wait(first.addr, first.val, first.private, timeout) } {
             // Woken (a wake without a change still ends the wait, as with futex_waitv).
-            return;
+            return Some(0);
         }
     }
 }
@@ -121,6 +126,33 @@ mod tests {
         );
         assert!(now_ns() - t0 < 4_000_000_000, "woken early");
         h.join().unwrap();
+    }
+
+    #[test]
+    fn a_wake_that_changes_nothing_names_its_word() {
+        let (a, b) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        let stop = Arc::new(AtomicU32::new(0));
+        let (b2, stop2) = (Arc::clone(&b), Arc::clone(&stop));
+        let h = std::thread::spawn(move || {
+            // Until the waiter is back: the first wake that finds it waiting ends its wait.
+            while stop2.load(SeqCst) == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+                wake_private(&b2);
+            }
+        });
+        let woken = wait_any(
+            &[word(&a, true), word(&b, true)],
+            Some(now_ns() + 2_000_000_000),
+        );
+        stop.store(1, SeqCst);
+        h.join().unwrap();
+        assert_eq!(b.load(SeqCst), 0, "nothing changed");
+        if crate::syscalls::use_futex_waitv() {
+            assert_eq!(woken, Some(1), "the second word's wake");
+        } else {
+            // The fallback waits on the first word only: the deadline ends it.
+            assert_eq!(woken, None);
+        }
     }
 
     fn word(w: &AtomicU32, private: bool) -> WaitWord {

@@ -9,6 +9,7 @@ pub mod futex;
 pub mod policy;
 pub mod realtime;
 pub mod status;
+pub mod wakes;
 pub mod window;
 
 pub use policy::{Params, FULL};

@@ -54,6 +54,14 @@ pub struct SliceShare {
     /// ns of those holds, charged to the slice (within `charged_ns`).
     #[serde(default)]
     pub held_ns: u64,
+    /// Times the slice woke the device loop without changing the word it woke (a `FUTEX_WAKE`
+    /// on its `usage` words by hand), ever (`docs/scheduling.md`, "Hostile usage words").
+    #[serde(default)]
+    pub spurious_wakes: u64,
+    /// Windows in which those wakes went over the budget and the loop stopped listening to
+    /// the slice's words until the window ended, ever.
+    #[serde(default)]
+    pub wake_mutes: u64,
 }
 
 /// One device.
@@ -72,6 +80,9 @@ pub struct DeviceSched {
     /// (off, or refused: see the arbiter's log).
     #[serde(default)]
     pub realtime_priority: u32,
+    /// Times the device loop woke (a deadline, a command, a slice's word), ever.
+    #[serde(default)]
+    pub wakeups: u64,
     /// Slices placed on the device.
     pub slices: Vec<SliceShare>,
 }
