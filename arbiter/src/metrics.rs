@@ -184,7 +184,7 @@ pub fn render(src: &Sources) -> String {
         let charged: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
         let drain_timeouts: Family<Labels, Counter> = Family::default();
         let strikes_total: Family<Labels, Counter> = Family::default();
-        let spurious: Family<Labels, Counter> = Family::default();
+        let loop_wakes: Family<Labels, Counter> = Family::default();
         let strikes = gauge_family();
         let backed_off = gauge_family();
         let dev_handoffs: Family<Labels, Counter> = Family::default();
@@ -220,7 +220,7 @@ pub fn render(src: &Sources) -> String {
                 charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);
                 drain_timeouts.get_or_create(&l).inc_by(s.drain_timeouts);
                 strikes_total.get_or_create(&l).inc_by(s.strikes_total);
-                spurious.get_or_create(&l).inc_by(s.spurious_wakes);
+                loop_wakes.get_or_create(&l).inc_by(s.loop_wakes);
                 strikes.get_or_create(&l).set(f64::from(s.strikes));
                 backed_off
                     .get_or_create(&l)
@@ -258,9 +258,9 @@ pub fn render(src: &Sources) -> String {
             strikes_total,
         );
         reg.register(
-            "gpuslice_slice_spurious_wakes",
-            "Times the slice woke the device's scheduler loop without changing the word it woke (FUTEX_WAKE by hand)",
-            spurious,
+            "gpuslice_slice_scheduler_wakes",
+            "Times a usage word of the slice (demand, busy, pending) woke the device's scheduler loop",
+            loop_wakes,
         );
         reg.register(
             "gpuslice_slice_lease_strikes_consecutive",

@@ -78,7 +78,7 @@ struct SliceRt {
     /// The one-launch pass armed in the slice's lease slot (the id of its next grant; 0 =
     /// none).
     pass: u32,
-    /// Its spurious wakes of the loop ([`super::wakes`]).
+    /// Its wakes of the loop ([`super::wakes`]).
     wakes: WakeBudget,
 }
 
@@ -909,14 +909,10 @@ impl Loop {
         };
         let woken = futex::wait_any(&words, deadline);
         self.wakeups += 1;
-        // A wake that left its slice's word as it was is spurious: count it against the slice.
-        if let Some((w, Some(i))) = woken.and_then(|k| Some((words.get(k)?, *owners.get(k)?))) {
-            // SAFETY: the word is in a usage mapping `self.rt[i]` keeps alive; an atomic load
-            // only reads it.
-            let now_val = unsafe { (*(w.addr as *const AtomicU32)).load(Acquire) };
-            if now_val == w.val {
-                self.rt[i].wakes.spurious(futex::now_ns());
-            }
+        // Every wake by a slice's word is counted against it, changed or not: a tenant can
+        // change its word as often as it wakes it.
+        if let Some(i) = woken.and_then(|k| *owners.get(k)?) {
+            self.rt[i].wakes.woke(futex::now_ns());
         }
     }
 
@@ -963,7 +959,8 @@ impl Loop {
                     },
                     holds: s.holds,
                     held_ns: s.held_ns,
-                    spurious_wakes: self.rt.get(i).map_or(0, |rt| rt.wakes.spurious_total),
+                    loop_wakes: self.rt.get(i).map_or(0, |rt| rt.wakes.total),
+                    loop_wakes_peak: self.rt.get(i).map_or(0, |rt| rt.wakes.peak),
                     wake_mutes: self.rt.get(i).map_or(0, |rt| rt.wakes.mutes_total),
                 })
                 .collect(),

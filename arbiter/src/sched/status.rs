@@ -54,10 +54,13 @@ pub struct SliceShare {
     /// ns of those holds, charged to the slice (within `charged_ns`).
     #[serde(default)]
     pub held_ns: u64,
-    /// Times the slice woke the device loop without changing the word it woke (a `FUTEX_WAKE`
-    /// on its `usage` words by hand), ever (`docs/scheduling.md`, "Hostile usage words").
+    /// Times a word of the slice (`demand`, `busy`, `pending`) woke the device loop, ever
+    /// (`docs/scheduling.md`, "Hostile usage words").
     #[serde(default)]
-    pub spurious_wakes: u64,
+    pub loop_wakes: u64,
+    /// Most of those in one 100 ms window, ever.
+    #[serde(default)]
+    pub loop_wakes_peak: u32,
     /// Windows in which those wakes went over the budget and the loop stopped listening to
     /// the slice's words until the window ended, ever.
     #[serde(default)]
