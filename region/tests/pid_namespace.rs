@@ -40,7 +40,9 @@ fn records_of_a_container_are_judged_in_its_pid_namespace() {
             .spawn()
             .expect("unshare"),
     );
-    // The forked child (pid 1 of the new namespace) on the host.
+    // The forked child (pid 1 of the new namespace) on the host, once it runs `sleep`: unshare
+    // sets its death signal (`--kill-child`) between fork and exec, and a child found before
+    // that outlives an unshare killed too soon.
     let children = format!("/proc/{0}/task/{0}/children", unshare.0.id());
     let deadline = Instant::now() + Duration::from_secs(10);
     let inner_host = loop {
@@ -49,10 +51,13 @@ fn records_of_a_container_are_judged_in_its_pid_namespace() {
             .split_whitespace()
             .next()
             .and_then(|p| p.parse::<u32>().ok())
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n")
+            })
         {
             break p;
         }
-        assert!(Instant::now() < deadline, "unshare started no child");
+        assert!(Instant::now() < deadline, "unshare started no `sleep`");
         std::thread::sleep(Duration::from_millis(20));
     };
     let start = stat_of(inner_host).unwrap().expect("the child runs").start;
