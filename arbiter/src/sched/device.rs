@@ -834,8 +834,8 @@ impl Loop {
             private: true,
         });
         owners.push(None);
-        // A slice muted for waking the loop for nothing is left out until its window ends;
-        // the loop wakes by then at the latest and sees whatever it changed.
+        // A slice muted for waking the loop too often ([`super::wakes`]) is left out until its
+        // window ends; the loop wakes by then at the latest and sees whatever it changed.
         let muted_until = self.rt.iter().filter_map(|rt| rt.wakes.muted(now)).min();
         let heard = |rt: &SliceRt| rt.wakes.muted(now).is_none();
         let holder = self.policy.holder();
