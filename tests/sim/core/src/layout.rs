@@ -13,7 +13,7 @@ use crate::config::MAX_DEVICES;
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
 /// Bumped whenever this layout changes, or the meaning of the lock bytes beyond it (version 5:
 /// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`).
-pub const VERSION: u64 = 5;
+pub const VERSION: u64 = 6;
 
 /// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version
 /// 1 had 256). A real driver has no such table; the limit is the simulator's.
@@ -91,6 +91,10 @@ pub const SD_KERNELS: usize = 64;
 pub const SD_REM: usize = 72;
 /// Time-sliced engine: when the waiting kernel first ran (0: not yet).
 pub const SD_STARTED: usize = 80;
+/// Bytes a reaper has taken out of [`SD_USED`] of a gone owner and not yet subtracted from
+/// the device's [`D_USED`] (version 6): readers count them as the gone owner's, so a reaper
+/// descheduled between the two steps never makes the device look fuller than it is.
+pub const SD_RELEASING: usize = 88;
 pub const SD_BUCKETS: usize = 128;
 
 /// Total file size.

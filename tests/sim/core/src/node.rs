@@ -409,9 +409,12 @@ impl Node {
             .into_iter()
             .filter(|&(s, _)| !self.owner_alive(s))
             .map(|(s, _)| {
-                self.shm
-                    .u64(L::sdev(s, d, L::SD_USED))
-                    .load(Ordering::Acquire)
+                let used = self.shm.u64(L::sdev(s, d, L::SD_USED));
+                let releasing = self.shm.u64(L::sdev(s, d, L::SD_RELEASING));
+                // The slot's figure first, then the announcement: a reaper announces before it
+                // takes (release_holdings), so a figure found taken is found announced.
+                let u = used.load(Ordering::Acquire);
+                u.saturating_add(releasing.load(Ordering::Acquire))
             })
             .fold(0, u64::saturating_add)
     }
@@ -455,12 +458,19 @@ impl Node {
     fn release_holdings(&self, s: usize, me: (u64, usize)) {
         let word = ((me.0 & 0xffff_ffff) << 32) | (1 << 31) | (me.1 as u64 + 1);
         for d in 0..self.cfg.devices.len() {
-            // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it
-            let used = self
-                .shm
-                .u64(L::sdev(s, d, L::SD_USED))
-                .swap(0, Ordering::AcqRel);
+            // The bytes move out of the slot in three steps, each leaving a state that readers
+            // (`held_by_gone`) never count above the truth: announced as releasing (counted
+            // twice for a moment: below the truth), taken out of the slot (counted once, as
+            // releasing), subtracted from the device (below the truth until the announcement
+            // is cleared). A reaper descheduled between taking and subtracting used to make
+            // the device look fuller than any promise (issue 32, the fork-wave trial).
+            // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it.
+            let slot_used = self.shm.u64(L::sdev(s, d, L::SD_USED));
+            let releasing = self.shm.u64(L::sdev(s, d, L::SD_RELEASING));
+            releasing.store(slot_used.load(Ordering::Acquire), Ordering::Release);
+            let used = slot_used.swap(0, Ordering::AcqRel);
             sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), used);
+            releasing.store(0, Ordering::Release);
             self.shm
                 .u64(L::sdev(s, d, L::SD_CTX))
                 .store(0, Ordering::Relaxed);

@@ -372,3 +372,57 @@ fn sigkill_mid_run_does_not_wedge_the_other() {
     assert!(node.processes(0).iter().all(|p| p.pid != vpid));
     assert!(survivor.finish());
 }
+
+/// A reaper that took a gone owner's bytes out of its slot and was descheduled before it gave
+/// them back to the device (a loaded host: the fork-wave trial of issue 32 saw the device 392 MiB
+/// fuller than every promise for one sample). The driver freed that memory when the owner's
+/// descriptors closed; the device must not look fuller than that.
+#[test]
+fn a_reaper_descheduled_halfway_never_makes_the_device_look_fuller() {
+    use gpuslice_sim_core::layout as L;
+    use gpuslice_sim_core::shm::Shm;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering;
+
+    let env = small_env("halfway-reaper");
+    let node = open(&env);
+    let mut kid = ChildProc::spawn(&env, "hold", &[("BYTES", (512 * MI).to_string())]);
+    assert!(kid.line().starts_with("ready "));
+    let path = config(&env).state_path;
+    let reaper = LockFile::open(&path).expect("lock description");
+    assert!(reaper.held_by_other(0), "the child owns slot 0");
+    kid.kill9();
+    assert!(
+        reaper.try_lock(0).expect("lock"),
+        "the dead child's byte is free"
+    );
+    // The reaper's first two steps on slot 0, device 0: announced, then taken out of the slot;
+    // the device's figure still holds the bytes.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("state file");
+    let shm = Shm::map(file.as_raw_fd(), L::FILE_SIZE).expect("map");
+    let slot_used = shm.u64(L::sdev(0, 0, L::SD_USED));
+    assert_eq!(slot_used.load(Ordering::Acquire), 512 * MI);
+    shm.u64(L::sdev(0, 0, L::SD_RELEASING))
+        .store(512 * MI, Ordering::Release);
+    slot_used.store(0, Ordering::Release);
+    assert_eq!(
+        shm.u64(L::dev(0, L::D_USED)).load(Ordering::Acquire),
+        512 * MI
+    );
+    assert_eq!(
+        node.mem_used(0),
+        0,
+        "a reaper descheduled halfway made the device look fuller"
+    );
+    // It finishes: subtracted from the device, the announcement cleared.
+    shm.u64(L::dev(0, L::D_USED)).store(0, Ordering::Release);
+    shm.u64(L::sdev(0, 0, L::SD_RELEASING))
+        .store(0, Ordering::Release);
+    assert_eq!(node.mem_used(0), 0);
+    drop(reaper);
+    node.mem_alloc(0, 600 * MI).expect("the memory is free");
+}
