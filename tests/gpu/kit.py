@@ -604,7 +604,8 @@ class Kit:
             us = v[len(v) // 2] if v else None
             per[label] = us
             base = per.get("bare")
-            ratio = f" ({us / base:.2f}x bare, +{us - base:.2f} us)" if us and base else ""
+            ratio = f" ({us / base:.2f}x bare, {us - base:+.2f} us)" if us and base and \
+                label != "bare" else ""
             spread = f" [{v[0]:.2f}-{v[-1]:.2f}, n={len(v)}]" if len(v) > 1 else ""
             self.row(S, f"launch loop, {label}: us per launch (median of alternated runs)",
                      (f"{us:.2f}" if us else "failed") + ratio + spread, "", "info")
