@@ -4,7 +4,8 @@
 //!   and [`resourceslice`] (the ResourceSlice content), checked by [`validate`].
 //! * What a claim becomes: [`plan`] (allocation result + [`sliceconfig`] → slice request), and
 //!   [`driver`] (prepare / unprepare: arbiter, [`cdi`] spec, [`checkpoint`]).
-//! * How kubelet reaches it: [`grpc`] services on the unix sockets of [`serve`].
+//! * How kubelet reaches it: [`grpc`] services on the unix sockets of [`serve`], each connection
+//!   through [`authority`] (kubelet's `:authority` made acceptable to h2).
 //!
 //! * The API server: [`apiserver`] (client, ResourceClaims) and [`publish`] (this node's
 //!   ResourceSlices).
@@ -15,6 +16,7 @@
 
 pub mod apiserver;
 pub mod arbiter;
+pub mod authority;
 pub mod capacity;
 pub mod cdi;
 pub mod checkpoint;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Endpoint, Server, Uri};
+use tonic::transport::{Endpoint, Uri};
 
+use crate::authority::{incoming, server};
 use crate::driver::Driver;
 use crate::grpc::{Dra, Registration};
 use crate::proto::{dra_v1, dra_v1beta1, registration};
@@ -79,15 +79,16 @@ pub async fn serve(
             let _ = rx.recv().await;
         }
     };
-    let dra_server = Server::builder()
+    // kubelet's grpc-go sends the socket path as :authority: `incoming` makes h2 accept it.
+    let dra_server = server()
         .add_service(dra_v1::dra_plugin_server::DraPluginServer::new(dra.clone()))
         .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(dra_listener), stop(&stop_tx));
-    let reg_server = Server::builder()
+        .serve_with_incoming_shutdown(incoming(dra_listener), stop(&stop_tx));
+    let reg_server = server()
         .add_service(registration::registration_server::RegistrationServer::new(
             reg,
         ))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(reg_listener), stop(&stop_tx));
+        .serve_with_incoming_shutdown(incoming(reg_listener), stop(&stop_tx));
     tracing::info!(
         registration = %reg_path.display(),
         dra = %dra_path.display(),

@@ -6,6 +6,8 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod grpcgo;
+pub mod plugin;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

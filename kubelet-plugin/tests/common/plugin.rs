@@ -1,0 +1,44 @@
+//! The DRA plugin serving its sockets in a test's tokio runtime (no binary).
+
+use std::sync::Arc;
+
+use gpuslice_kubelet_plugin::serve::{serve, Sockets};
+use tokio::sync::oneshot;
+
+use super::Node;
+
+/// The plugin serving on its sockets under `node.root`, stopped on drop of the sender.
+pub struct Plugin {
+    pub sockets: Sockets,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Plugin {
+    pub fn start(node: &Node) -> Plugin {
+        let sockets = Sockets {
+            registry_dir: node.root.join("plugins_registry"),
+            plugin_dir: node.root.join("plugins/gpuslice.io"),
+        };
+        let (tx, rx) = oneshot::channel();
+        let driver = Arc::new(node.driver());
+        let s = sockets.clone();
+        let task = tokio::spawn(async move {
+            serve(&s, driver, async {
+                let _ = rx.await;
+            })
+            .await
+        });
+        Plugin {
+            sockets,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+        assert!(!self.sockets.dra().exists() && !self.sockets.registration().exists());
+    }
+}
