@@ -8,7 +8,7 @@
 //!   through [`authority`] (kubelet's `:authority` made acceptable to h2).
 //!
 //! * The API server: [`apiserver`] (client, ResourceClaims) and [`publish`] (this node's
-//!   ResourceSlices).
+//!   ResourceSlices, republished at once when [`slicewatch`] sees them deleted or changed).
 //!
 //! Behind traits for tests without root, GPU, kubelet or API server: [`gpu::GpuSource`]
 //! ([`nvml`] on a node), [`claim::ClaimSource`] ([`apiserver::ApiClaims`] on a node),
@@ -34,6 +34,7 @@ pub mod quantity;
 pub mod resourceslice;
 pub mod serve;
 pub mod sliceconfig;
+pub mod slicewatch;
 pub mod validate;
 
 /// The DRA driver name.

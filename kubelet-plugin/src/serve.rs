@@ -51,12 +51,13 @@ pub fn listen(path: &Path) -> std::io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-/// Serves both sockets until `shutdown` completes; returns the registration outcome channel
-/// as it stood. The DRA socket is bound before the registration socket, so kubelet never sees
+/// Serves both sockets until `shutdown` completes, notifying `on_registered` at each successful
+/// registration. The DRA socket is bound before the registration socket, so kubelet never sees
 /// a plugin whose endpoint is not there yet.
 pub async fn serve(
     sockets: &Sockets,
     driver: Arc<Driver>,
+    on_registered: Arc<tokio::sync::Notify>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -70,6 +71,7 @@ pub async fn serve(
     let reg = Registration {
         endpoint: dra_path.display().to_string(),
         registered: Arc::new(tx),
+        on_registered,
     };
     let dra = Dra { driver };
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);

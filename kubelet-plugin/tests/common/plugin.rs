@@ -3,13 +3,15 @@
 use std::sync::Arc;
 
 use gpuslice_kubelet_plugin::serve::{serve, Sockets};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use super::Node;
 
 /// The plugin serving on its sockets under `node.root`, stopped on drop of the sender.
 pub struct Plugin {
     pub sockets: Sockets,
+    /// Notified at each successful registration.
+    pub registered: Arc<Notify>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -23,14 +25,17 @@ impl Plugin {
         let (tx, rx) = oneshot::channel();
         let driver = Arc::new(node.driver());
         let s = sockets.clone();
+        let registered = Arc::new(Notify::new());
+        let r = registered.clone();
         let task = tokio::spawn(async move {
-            serve(&s, driver, async {
+            serve(&s, driver, r, async {
                 let _ = rx.await;
             })
             .await
         });
         Plugin {
             sockets,
+            registered,
             stop: Some(tx),
             task,
         }
