@@ -536,7 +536,10 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
         .clone()
         .unwrap_err();
     assert!(
-        err.contains("metadata.uid") && err.contains("recreated"),
+        err.ends_with(
+            "metadata.uid: the API server has 9e3f4051-0000-4000-8000-000000000002: the claim \
+             was deleted and recreated"
+        ),
         "{err}"
     );
     assert!(node.arbiter.slices().is_empty());
