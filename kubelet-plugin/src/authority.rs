@@ -84,6 +84,9 @@ pub struct Rewriter {
     input: Vec<u8>,
     /// Bytes ready for h2.
     output: Vec<u8>,
+    /// Every request's `:authority` set to this instead (a test client's way of sending what
+    /// kubelet sends: [`Rewriter::setting_authority`]).
+    forced: Option<Vec<u8>>,
 }
 
 impl Default for Rewriter {
@@ -97,6 +100,7 @@ impl Default for Rewriter {
             pending: None,
             input: Vec::new(),
             output: Vec::new(),
+            forced: None,
         }
     }
 }
@@ -107,6 +111,16 @@ fn invalid(why: String) -> io::Error {
 }
 
 impl Rewriter {
+    /// A rewriter that sets every request's `:authority` to `value`, whatever it was: put on a
+    /// client's outgoing bytes, it makes that client send what kubelet's grpc-go sends (the test
+    /// stand-ins use it; tonic's own client can only send a valid authority).
+    pub fn setting_authority(value: &[u8]) -> Rewriter {
+        Rewriter {
+            forced: Some(value.to_vec()),
+            ..Rewriter::default()
+        }
+    }
+
     /// Takes `bytes` from the client; what is ready for h2 is in [`Rewriter::take`].
     pub fn feed(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.passthrough {
@@ -244,14 +258,16 @@ impl Rewriter {
         let fields = self.decode(p.stream, &p.block)?;
         let mut block = Vec::with_capacity(p.block.len() + 64);
         for (name, value) in &fields {
-            let value = if name == b":authority" && !acceptable(value) {
-                tracing::debug!(
-                    authority = %String::from_utf8_lossy(value),
-                    "kubelet's :authority replaced by localhost"
-                );
-                LOCALHOST
-            } else {
-                value
+            let value = match &self.forced {
+                Some(forced) if name == b":authority" => forced.as_slice(),
+                None if name == b":authority" && !acceptable(value) => {
+                    tracing::debug!(
+                        authority = %String::from_utf8_lossy(value),
+                        "kubelet's :authority replaced by localhost"
+                    );
+                    LOCALHOST
+                }
+                _ => value.as_slice(),
             };
             literal(&mut block, name, value);
         }
@@ -583,6 +599,21 @@ mod tests {
             assert_eq!(frames[0].3, b"", "SETTINGS unchanged");
             assert_eq!(frames[2].3, b"\0\0\0\0\0", "DATA unchanged");
         }
+    }
+
+    #[test]
+    fn a_forced_authority_replaces_any() {
+        let block = loona_hpack::Encoder::new()
+            .encode(request(b"localhost").iter().map(|(n, v)| (&n[..], &v[..])));
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(header_frames(&block, 1, END_STREAM, 100));
+        let mut r = Rewriter::setting_authority(b"%2Frun%2Fx.sock");
+        r.feed(&bytes).unwrap();
+        let mut want = request(b"%2Frun%2Fx.sock");
+        want.sort();
+        let mut got = decoded(&r.take()).remove(0);
+        got.sort();
+        assert_eq!(got, want);
     }
 
     #[test]

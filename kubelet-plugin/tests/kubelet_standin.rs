@@ -1,6 +1,7 @@
 //! A kubelet stand-in — not a real kubelet, none can be obtained on these machines — that
 //! speaks the real kubelet plugin gRPC protocols (pluginregistration v1, DRA v1 and v1beta1)
-//! over real unix sockets to the plugin's servers. The arbiter is the arbiter's admission logic
+//! over real unix sockets to the plugin's servers, dialling them as kubelet does (the socket
+//! path as `:authority`: `common::kubelet::channel`). The arbiter is the arbiter's admission logic
 //! in memory and claims come from an in-memory API stand-in (no API server runs).
 
 mod common;
@@ -29,9 +30,8 @@ async fn channel(path: &Path) -> Channel {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    gpuslice_kubelet_plugin::serve::unix_channel(path)
-        .await
-        .unwrap()
+    // As kubelet dials: the socket path as :authority.
+    common::kubelet::channel(path).await
 }
 
 fn claim(uid: &str) -> v1::Claim {
