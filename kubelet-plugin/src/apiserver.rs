@@ -25,6 +25,24 @@ pub struct ConnectError(pub String);
 /// under `/var/run/secrets/kubernetes.io/serviceaccount`). Every request is bounded by `timeout`
 /// (connect and read). Needs a tokio runtime (the client spawns its connection tasks on it).
 pub async fn connect(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Client, ConnectError> {
+    client(kubeconfig, timeout, timeout).await
+}
+
+/// A client for watches ([`crate::slicewatch`]): as [`connect`]'s, but a read may wait longer
+/// than one watch lasts (a quiet watch sends nothing until the server ends it).
+pub async fn connect_for_watch(
+    kubeconfig: Option<&Path>,
+    timeout: Duration,
+) -> Result<Client, ConnectError> {
+    let watch = Duration::from_secs(u64::from(crate::slicewatch::WATCH_SECONDS) + 30);
+    client(kubeconfig, timeout, watch).await
+}
+
+async fn client(
+    kubeconfig: Option<&Path>,
+    timeout: Duration,
+    read_timeout: Duration,
+) -> Result<Client, ConnectError> {
     // ring, explicitly: should both of rustls' providers ever be compiled in (a dependency
     // enabling aws-lc-rs) it would refuse to choose. An earlier install (this is called again)
     // is fine.
@@ -48,7 +66,7 @@ pub async fn connect(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Cli
     // both must hear of a failure within the timeout.
     config.default_retry = false;
     config.connect_timeout = Some(timeout);
-    config.read_timeout = Some(timeout);
+    config.read_timeout = Some(read_timeout);
     config.write_timeout = Some(timeout);
     Client::try_from(config).map_err(|e| ConnectError(e.to_string()))
 }

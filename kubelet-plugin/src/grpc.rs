@@ -25,6 +25,9 @@ pub struct Registration {
     pub endpoint: String,
     /// Told by kubelet whether registration succeeded (`true`), for readiness.
     pub registered: Arc<tokio::sync::watch::Sender<Option<Result<(), String>>>>,
+    /// Notified at each successful registration: a restarted kubelet has (or is about to have)
+    /// deleted the node's ResourceSlices, so the publisher checks them ([`crate::slicewatch`]).
+    pub on_registered: Arc<tokio::sync::Notify>,
 }
 
 #[tonic::async_trait]
@@ -48,6 +51,7 @@ impl reg::registration_server::Registration for Registration {
         let s = request.into_inner();
         let outcome = if s.plugin_registered {
             tracing::info!("kubelet registered the plugin");
+            self.on_registered.notify_one();
             Ok(())
         } else {
             tracing::error!(error = %s.error, "kubelet refused the registration");

@@ -4,10 +4,11 @@
 //!   and [`resourceslice`] (the ResourceSlice content), checked by [`validate`].
 //! * What a claim becomes: [`plan`] (allocation result + [`sliceconfig`] → slice request), and
 //!   [`driver`] (prepare / unprepare: arbiter, [`cdi`] spec, [`checkpoint`]).
-//! * How kubelet reaches it: [`grpc`] services on the unix sockets of [`serve`].
+//! * How kubelet reaches it: [`grpc`] services on the unix sockets of [`serve`], each connection
+//!   through [`authority`] (kubelet's `:authority` made acceptable to h2).
 //!
 //! * The API server: [`apiserver`] (client, ResourceClaims) and [`publish`] (this node's
-//!   ResourceSlices).
+//!   ResourceSlices, republished at once when [`slicewatch`] sees them deleted or changed).
 //!
 //! Behind traits for tests without root, GPU, kubelet or API server: [`gpu::GpuSource`]
 //! ([`nvml`] on a node), [`claim::ClaimSource`] ([`apiserver::ApiClaims`] on a node),
@@ -15,6 +16,7 @@
 
 pub mod apiserver;
 pub mod arbiter;
+pub mod authority;
 pub mod capacity;
 pub mod cdi;
 pub mod checkpoint;
@@ -32,6 +34,7 @@ pub mod quantity;
 pub mod resourceslice;
 pub mod serve;
 pub mod sliceconfig;
+pub mod slicewatch;
 pub mod validate;
 
 /// The DRA driver name.

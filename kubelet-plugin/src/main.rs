@@ -23,6 +23,7 @@ use gpuslice_kubelet_plugin::nvml::NvmlGpus;
 use gpuslice_kubelet_plugin::publish::Publisher;
 use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::serve::{serve, Sockets};
+use gpuslice_kubelet_plugin::slicewatch;
 use gpuslice_kubelet_plugin::validate;
 use gpuslice_oci::Settings;
 
@@ -175,6 +176,14 @@ fn main() -> Result<()> {
         Some(_) => None,
         None => Some(rt.block_on(apiserver::connect(cli.kubeconfig.as_deref(), api_timeout))?),
     };
+    // Watches get their own client: one read waits up to a whole watch.
+    let watch_client = match &cli.claims_from {
+        Some(_) => None,
+        None => Some(rt.block_on(apiserver::connect_for_watch(
+            cli.kubeconfig.as_deref(),
+            api_timeout,
+        ))?),
+    };
     let claims: Arc<dyn ClaimSource> = match (&cli.claims_from, &client) {
         (Some(dir), _) => Arc::new(DirClaims(dir.clone())),
         (None, Some(c)) => Arc::new(ApiClaims::new(c.clone(), rt.handle().clone(), api_timeout)),
@@ -212,16 +221,25 @@ fn main() -> Result<()> {
         let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };
+        // Woken when the node's slices are deleted or changed at the API server (a starting
+        // kubelet deletes them) and at each registration: republished within seconds.
+        let wake = Arc::new(tokio::sync::Notify::new());
         // The pool is published alongside the sockets: kubelet may prepare claims allocated
         // from an earlier publication while this one is being written.
         let publishing = async {
-            match &publisher {
-                Some(p) => p.run(poll, resync, stopped(stop_rx.clone())).await,
-                None => tracing::info!("--claims-from: no ResourceSlices are published"),
+            match (&publisher, watch_client) {
+                (Some(p), Some(c)) => {
+                    let selector = p.field_selector();
+                    tokio::join!(
+                        p.run(poll, resync, &wake, stopped(stop_rx.clone())),
+                        slicewatch::watch(c, &selector, &wake, stopped(stop_rx.clone())),
+                    );
+                }
+                _ => tracing::info!("--claims-from: no ResourceSlices are published"),
             }
         };
         let serving = async {
-            let r = serve(&sockets, Arc::new(driver), async move {
+            let r = serve(&sockets, Arc::new(driver), wake.clone(), async move {
                 gpuslice_kubelet_plugin::serve::stop_signal().await;
                 let _ = stop_tx.send(true);
             })

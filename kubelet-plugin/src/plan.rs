@@ -62,15 +62,22 @@ pub fn plan(
         field: field.to_string(),
         reason,
     };
-    if claim.metadata.uid.as_deref() != Some(r.uid.as_str()) {
-        return Err(fail(
-            None,
-            "metadata.uid",
-            format!(
-                "the API server has {:?}: the claim was deleted and recreated",
-                claim.metadata.uid
-            ),
-        ));
+    match claim.metadata.uid.as_deref() {
+        Some(uid) if uid == r.uid => {}
+        Some(uid) => {
+            return Err(fail(
+                None,
+                "metadata.uid",
+                format!("the API server has {uid}: the claim was deleted and recreated"),
+            ))
+        }
+        None => {
+            return Err(fail(
+                None,
+                "metadata.uid",
+                "the API server's copy has none".into(),
+            ))
+        }
     }
     let alloc = claim
         .status
@@ -211,4 +218,40 @@ pub fn plan(
         uuid: gpu.info.uuid.clone(),
         slice,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn a_claim_of_another_uid_or_none_is_refused_naming_the_uid() {
+        let r = ClaimRef {
+            namespace: "default".into(),
+            name: "trainer".into(),
+            uid: "uid-old".into(),
+        };
+        let with_uid = |uid: Option<&str>| ResourceClaim {
+            metadata: ObjectMeta {
+                uid: uid.map(str::to_string),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let err = |uid| {
+            plan(&r, &with_uid(uid), "node-a", &[])
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(Some("uid-new")),
+            "claim default/trainer (uid-old): metadata.uid: the API server has uid-new: the claim \
+             was deleted and recreated"
+        );
+        assert_eq!(
+            err(None),
+            "claim default/trainer (uid-old): metadata.uid: the API server's copy has none"
+        );
+    }
 }

@@ -20,10 +20,14 @@
 //! [`crate::validate`] before anything is sent. The slices are owned by this node's Node object
 //! (`ownerReferences`, read once with `get nodes`), so they go when the node is deleted.
 //!
+//! Quantities are compared by value ([`by_value`]): the API server returns them in canonical
+//! form (`39321600000` comes back as `39321600k`), which must not count as a change.
+//!
 //! [`Publisher::run`] syncs at start, whenever the GPUs the node reports change (a GPU appears
 //! or disappears, or NVML stops answering for one: see [`crate::nvml`]), after a failed sync
-//! (with back-off), and every `resync` period (which repairs slices deleted or changed by
-//! someone else).
+//! (with back-off), when woken (slices deleted or changed by someone else, such as a starting
+//! kubelet, or a new registration: [`crate::slicewatch`]), and every `resync` period (a
+//! backstop for what the watch missed).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,11 +40,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::Value;
+use tokio::sync::Notify;
 
 use crate::apiserver::{code, describe};
 use crate::capacity::PublishPolicy;
 use crate::gpu::{Gpu, GpuSource};
-use crate::resourceslice::resource_slices;
+use crate::resourceslice::{by_value, resource_slices};
 use crate::validate;
 use crate::DRIVER;
 
@@ -281,7 +286,7 @@ impl Publisher {
                         && (want.metadata.owner_references.is_none()
                             || have.metadata.owner_references == want.metadata.owner_references)
                         && contains(
-                            &serde_json::to_value(&have.spec).unwrap_or_default(),
+                            &serde_json::to_value(by_value(&have.spec)).unwrap_or_default(),
                             &serde_json::to_value(&want.spec).unwrap_or_default(),
                         )
                 })
@@ -363,11 +368,14 @@ impl Publisher {
 
     /// Publishes at start and then keeps the pool current until `shutdown` completes: the GPUs
     /// are listed every `poll`; a change, a failed last sync (retried with back-off up to
-    /// `resync`) or `resync` since the last success makes it sync.
+    /// `resync`), `resync` since the last success, or `wake` (the node's slices deleted or
+    /// changed at the API server, kubelet registered the plugin: see [`crate::slicewatch`]) makes
+    /// it sync.
     pub async fn run(
         &self,
         poll: Duration,
         resync: Duration,
+        wake: &Notify,
         shutdown: impl Future<Output = ()> + Send,
     ) {
         tokio::pin!(shutdown);
@@ -376,10 +384,11 @@ impl Publisher {
         let mut backoff = poll;
         let mut wait = Duration::ZERO;
         loop {
-            tokio::select! {
+            let woken = tokio::select! {
                 _ = &mut shutdown => return,
-                _ = tokio::time::sleep(wait) => {}
-            }
+                _ = tokio::time::sleep(wait) => false,
+                _ = wake.notified() => true,
+            };
             wait = poll;
             let gpus = match self.list_gpus().await {
                 Ok(g) => g,
@@ -392,7 +401,7 @@ impl Publisher {
                 Some(t) => t.elapsed() >= resync,
                 None => true,
             };
-            let due = stale || published.as_ref() != Some(&gpus);
+            let due = woken || stale || published.as_ref() != Some(&gpus);
             if !due {
                 continue;
             }

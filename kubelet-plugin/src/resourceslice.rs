@@ -3,7 +3,7 @@
 //! and `slices` with their request policies ([`crate::capacity`]), attributes `uuid`, `index`,
 //! `productName`, `architecture`, `computeCapability`, `driverVersion`. At most
 //! [`MAX_DEVICES_PER_SLICE`] devices per slice; a larger node spans several slices of one pool
-//! generation. Publishing them through the API server is not here yet.
+//! generation. Publishing them through the API server: [`crate::publish`].
 
 use std::collections::BTreeMap;
 
@@ -12,11 +12,12 @@ use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
     ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::capacity::{self, names, Offer, PublishPolicy, MEMORY_STEP};
 use crate::gpu::{semver, Gpu};
-use crate::quantity::quantity;
+use crate::quantity::{self, quantity};
 use crate::DRIVER;
 
 /// The API's limit on devices in one ResourceSlice.
@@ -176,4 +177,77 @@ pub fn resource_slices(
             },
         })
         .collect()
+}
+
+/// Calls `f` on every capacity quantity of `spec` (values and request policies).
+pub fn each_quantity(spec: &mut ResourceSliceSpec, mut f: impl FnMut(&mut Quantity)) {
+    for d in spec.devices.iter_mut().flatten() {
+        for c in d.capacity.iter_mut().flat_map(BTreeMap::values_mut) {
+            f(&mut c.value);
+            let Some(p) = &mut c.request_policy else {
+                continue;
+            };
+            p.default.iter_mut().for_each(&mut f);
+            p.valid_values.iter_mut().flatten().for_each(&mut f);
+            if let Some(r) = &mut p.valid_range {
+                f(&mut r.min);
+                r.max.iter_mut().for_each(&mut f);
+                r.step.iter_mut().for_each(&mut f);
+            }
+        }
+    }
+}
+
+/// `spec` with every capacity quantity written as this driver writes it (plain digits), so that
+/// a slice read back from the API server compares by value with one computed here: the API
+/// server returns quantities in canonical form (`39321600000` as `39321600k`). A quantity that is
+/// not a whole number is left as it is (and so differs from anything computed here).
+pub fn by_value(spec: &ResourceSliceSpec) -> ResourceSliceSpec {
+    let mut spec = spec.clone();
+    each_quantity(&mut spec, |q| {
+        if let Ok(v) = quantity::of(q) {
+            *q = quantity(v);
+        }
+    });
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_quantities_compare_equal_by_value() {
+        let mut c = DeviceCapacity {
+            value: Quantity("39321600k".into()),
+            request_policy: Some(CapacityRequestPolicy {
+                default: Some(Quantity("39321600k".into())),
+                valid_range: Some(CapacityRequestPolicyRange {
+                    min: Quantity("1Mi".into()),
+                    max: Some(Quantity("2k".into())),
+                    step: Some(Quantity("1048576".into())),
+                }),
+                valid_values: Some(vec![Quantity("1e3".into()), Quantity("0.5".into())]),
+            }),
+        };
+        let spec = |c: &DeviceCapacity| ResourceSliceSpec {
+            devices: Some(vec![Device {
+                capacity: Some(BTreeMap::from([("memory".to_string(), c.clone())])),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let got = by_value(&spec(&c));
+        c.value = Quantity("39321600000".into());
+        let p = c.request_policy.as_mut().unwrap();
+        p.default = Some(Quantity("39321600000".into()));
+        p.valid_range = Some(CapacityRequestPolicyRange {
+            min: Quantity("1048576".into()),
+            max: Some(Quantity("2000".into())),
+            step: Some(Quantity("1048576".into())),
+        });
+        // "0.5" is not a whole number: left as it is.
+        p.valid_values = Some(vec![Quantity("1000".into()), Quantity("0.5".into())]);
+        assert_eq!(got, spec(&c));
+    }
 }

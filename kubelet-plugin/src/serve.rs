@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Endpoint, Server, Uri};
+use tonic::transport::{Endpoint, Uri};
 
+use crate::authority::{incoming, server};
 use crate::driver::Driver;
 use crate::grpc::{Dra, Registration};
 use crate::proto::{dra_v1, dra_v1beta1, registration};
@@ -51,12 +51,13 @@ pub fn listen(path: &Path) -> std::io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-/// Serves both sockets until `shutdown` completes; returns the registration outcome channel
-/// as it stood. The DRA socket is bound before the registration socket, so kubelet never sees
+/// Serves both sockets until `shutdown` completes, notifying `on_registered` at each successful
+/// registration. The DRA socket is bound before the registration socket, so kubelet never sees
 /// a plugin whose endpoint is not there yet.
 pub async fn serve(
     sockets: &Sockets,
     driver: Arc<Driver>,
+    on_registered: Arc<tokio::sync::Notify>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
@@ -70,6 +71,7 @@ pub async fn serve(
     let reg = Registration {
         endpoint: dra_path.display().to_string(),
         registered: Arc::new(tx),
+        on_registered,
     };
     let dra = Dra { driver };
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
@@ -79,15 +81,16 @@ pub async fn serve(
             let _ = rx.recv().await;
         }
     };
-    let dra_server = Server::builder()
+    // kubelet's grpc-go sends the socket path as :authority: `incoming` makes h2 accept it.
+    let dra_server = server()
         .add_service(dra_v1::dra_plugin_server::DraPluginServer::new(dra.clone()))
         .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(dra_listener), stop(&stop_tx));
-    let reg_server = Server::builder()
+        .serve_with_incoming_shutdown(incoming(dra_listener), stop(&stop_tx));
+    let reg_server = server()
         .add_service(registration::registration_server::RegistrationServer::new(
             reg,
         ))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(reg_listener), stop(&stop_tx));
+        .serve_with_incoming_shutdown(incoming(reg_listener), stop(&stop_tx));
     tracing::info!(
         registration = %reg_path.display(),
         dra = %dra_path.display(),

@@ -10,8 +10,9 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::apienv::{env, publisher, stored, wait_for, NODE_UID, TIMEOUT};
 use common::apiserver::{kubeconfig_for, StandIn};
 use common::{gpus, ClaimSpec, Node, GI, NODE};
 use gpuslice_arbiter::fit::Policy;
@@ -22,61 +23,12 @@ use gpuslice_kubelet_plugin::arbiter::Arbiter;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy};
 use gpuslice_kubelet_plugin::claim::{ClaimRef, ClaimSource, SourceError};
 use gpuslice_kubelet_plugin::gpu::{Gpu, GpuSource, StaticGpus};
-use gpuslice_kubelet_plugin::publish::{PublishError, Publisher, MAX_ATTEMPTS};
+use gpuslice_kubelet_plugin::publish::{PublishError, MAX_ATTEMPTS};
 use gpuslice_kubelet_plugin::quantity;
 use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::PostParams;
-use kube::{Api, Client};
-
-const TIMEOUT: Duration = Duration::from_secs(5);
-const NODE_UID: &str = "0f1e2d3c-node-4000-8000-00000000000a";
-
-struct Env {
-    rt: tokio::runtime::Runtime,
-    api: StandIn,
-    client: Client,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn env(tag: &str) -> Env {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let api = StandIn::start(&rt);
-    api.state().nodes.insert(NODE.into(), NODE_UID.into());
-    let dir = std::env::temp_dir().join(format!("gs-kp-api-{tag}-{}", std::process::id()));
-    let kc = api.kubeconfig(&dir);
-    let client = rt.block_on(connect(Some(&kc), TIMEOUT)).unwrap();
-    Env {
-        rt,
-        api,
-        client,
-        dir,
-    }
-}
-
-fn publisher(e: &Env, source: Arc<dyn GpuSource>) -> Publisher {
-    Publisher::new(
-        e.client.clone(),
-        NODE,
-        source,
-        Policy::default(),
-        PublishPolicy::default(),
-    )
-}
-
-fn stored(e: &Env) -> Vec<ResourceSlice> {
-    e.api.state().slices.values().cloned().collect()
-}
+use kube::Api;
 
 fn many(n: usize) -> Vec<Gpu> {
     (0..n)
@@ -302,18 +254,6 @@ impl GpuSource for Changing {
     }
 }
 
-fn wait_for(e: &Env, what: &str, f: impl Fn(&[ResourceSlice]) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f(&stored(e)) {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {:?}",
-            stored(e)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn standin_api_publisher_run_follows_device_changes() {
     let e = env("run");
@@ -321,9 +261,15 @@ fn standin_api_publisher_run_follows_device_changes() {
     let p = publisher(&e, source.clone());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = e.rt.spawn(async move {
-        p.run(Duration::from_millis(30), Duration::from_secs(600), async {
-            let _ = rx.await;
-        })
+        let wake = tokio::sync::Notify::new();
+        p.run(
+            Duration::from_millis(30),
+            Duration::from_secs(600),
+            &wake,
+            async {
+                let _ = rx.await;
+            },
+        )
         .await
     });
     let devices = |s: &[ResourceSlice]| {
@@ -590,7 +536,10 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
         .clone()
         .unwrap_err();
     assert!(
-        err.contains("metadata.uid") && err.contains("recreated"),
+        err.ends_with(
+            "metadata.uid: the API server has 9e3f4051-0000-4000-8000-000000000002: the claim \
+             was deleted and recreated"
+        ),
         "{err}"
     );
     assert!(node.arbiter.slices().is_empty());

@@ -11,6 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::apiserver::StandIn;
+use common::kubelet;
+use gpuslice_kubelet_plugin::apiserver::connect;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpuslice-kubelet-plugin");
 
@@ -66,12 +68,17 @@ fn plugin(nvml: &Path, root: &Path, kubeconfig: &Path) -> Command {
     c
 }
 
-#[test]
-fn binary_publishes_serves_and_stops_on_sigterm_against_the_api_standin() {
-    let Some(nvml) = simulated_nvml() else {
-        return;
-    };
-    let root = std::env::temp_dir().join(format!("gs-kp-bin-{}", std::process::id()));
+/// The binary running against an API stand-in, under a scratch root.
+struct Running {
+    root: PathBuf,
+    rt: tokio::runtime::Runtime,
+    api: StandIn,
+    kubeconfig: PathBuf,
+    plugin: Plugin,
+}
+
+fn start(nvml: &Path, tag: &str) -> Running {
+    let root = std::env::temp_dir().join(format!("gs-kp-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -80,13 +87,34 @@ fn binary_publishes_serves_and_stops_on_sigterm_against_the_api_standin() {
         .build()
         .unwrap();
     let api = StandIn::start(&rt);
-    let kc = api.kubeconfig(&root);
-    let mut p = Plugin(
-        plugin(&nvml, &root, &kc)
+    let kubeconfig = api.kubeconfig(&root);
+    let plugin = Plugin(
+        plugin(nvml, &root, &kubeconfig)
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap(),
     );
+    Running {
+        root,
+        rt,
+        api,
+        kubeconfig,
+        plugin,
+    }
+}
+
+#[test]
+fn binary_publishes_serves_and_stops_on_sigterm_against_the_api_standin() {
+    let Some(nvml) = simulated_nvml() else {
+        return;
+    };
+    let Running {
+        root,
+        rt: _rt,
+        api,
+        kubeconfig: _,
+        plugin: mut p,
+    } = start(&nvml, "bin");
     let reg = root.join("plugins_registry/gpuslice.io-reg.sock");
     let dra = root.join("plugins/gpuslice.io/dra.sock");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -155,5 +183,72 @@ fn binary_publishes_serves_and_stops_on_sigterm_against_the_api_standin() {
         err.contains("kubeconfig") && err.contains("no-kubeconfig"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A kubelet restart as the plugin sees it (the kubelet stand-in of `common::kubelet`: the
+/// start-up wipe of the node's ResourceSlices through the API and a new registration, in both
+/// orders) against the running binary with its default `--resync` (300 s): the pool is back
+/// within 5 s each time.
+#[test]
+fn binary_republishes_within_5_s_after_a_kubelet_restart() {
+    let Some(nvml) = simulated_nvml() else {
+        return;
+    };
+    let Running {
+        root,
+        rt,
+        api,
+        kubeconfig: kc,
+        plugin: _p,
+    } = start(&nvml, "restart");
+    let reg = root.join("plugins_registry/gpuslice.io-reg.sock");
+    let published = |within: Duration| {
+        let deadline = Instant::now() + within;
+        while api.state().slices.is_empty() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    };
+    assert!(published(Duration::from_secs(30)), "{:?}", api.state().log);
+    while !reg.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = rt
+        .block_on(connect(Some(&kc), Duration::from_secs(5)))
+        .unwrap();
+    let generation = || {
+        let st = api.state();
+        st.slices.values().next().map(|s| s.spec.pool.generation)
+    };
+    for wipe_first in [true, false] {
+        let order = if wipe_first { "before" } else { "after" };
+        let before = generation();
+        let wiped = if wipe_first {
+            rt.block_on(kubelet::wipe(&client, "node-a"));
+            let t = Instant::now();
+            rt.block_on(kubelet::register(&reg));
+            t
+        } else {
+            rt.block_on(kubelet::register(&reg));
+            std::thread::sleep(Duration::from_millis(300));
+            rt.block_on(kubelet::wipe(&client, "node-a"));
+            Instant::now()
+        };
+        assert!(
+            published(Duration::from_secs(5)),
+            "wipe {order} registration: not back within 5 s: {:?}",
+            api.state().log
+        );
+        eprintln!(
+            "wipe {order} registration: pool back after {:?}",
+            wiped.elapsed()
+        );
+        let now = generation();
+        assert!(now > before, "generation {before:?} -> {now:?}");
+    }
     let _ = std::fs::remove_dir_all(&root);
 }

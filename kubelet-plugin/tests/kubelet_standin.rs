@@ -1,19 +1,18 @@
 //! A kubelet stand-in — not a real kubelet, none can be obtained on these machines — that
 //! speaks the real kubelet plugin gRPC protocols (pluginregistration v1, DRA v1 and v1beta1)
-//! over real unix sockets to the plugin's servers. The arbiter is the arbiter's admission logic
+//! over real unix sockets to the plugin's servers, dialling them as kubelet does (the socket
+//! path as `:authority`: `common::kubelet::channel`). The arbiter is the arbiter's admission logic
 //! in memory and claims come from an in-memory API stand-in (no API server runs).
 
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::plugin::Plugin;
 use common::{ClaimSpec, Node, GI, NODE};
 use gpuslice_api::{MemoryRequest, Priority};
 use gpuslice_kubelet_plugin::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
-use gpuslice_kubelet_plugin::serve::{serve, Sockets};
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 /// How a bad case prepares the node.
@@ -31,45 +30,8 @@ async fn channel(path: &Path) -> Channel {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    gpuslice_kubelet_plugin::serve::unix_channel(path)
-        .await
-        .unwrap()
-}
-
-/// The plugin serving on its sockets under `node.root`, stopped on drop of the sender.
-struct Plugin {
-    sockets: Sockets,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-impl Plugin {
-    fn start(node: &Node) -> Plugin {
-        let sockets = Sockets {
-            registry_dir: node.root.join("plugins_registry"),
-            plugin_dir: node.root.join("plugins/gpuslice.io"),
-        };
-        let (tx, rx) = oneshot::channel();
-        let driver = Arc::new(node.driver());
-        let s = sockets.clone();
-        let task = tokio::spawn(async move {
-            serve(&s, driver, async {
-                let _ = rx.await;
-            })
-            .await
-        });
-        Plugin {
-            sockets,
-            stop: Some(tx),
-            task,
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap().unwrap();
-        assert!(!self.sockets.dra().exists() && !self.sockets.registration().exists());
-    }
+    // As kubelet dials: the socket path as :authority.
+    common::kubelet::channel(path).await
 }
 
 fn claim(uid: &str) -> v1::Claim {

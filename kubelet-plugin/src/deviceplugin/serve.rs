@@ -12,11 +12,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::Server;
 
 use super::service::{options, Plugin, Service};
 use super::{API_VERSION, KUBELET_SOCKET, RESOURCE, SOCKET};
+use crate::authority::{incoming, server};
 use crate::proto::deviceplugin as api;
 use crate::serve::listen;
 
@@ -98,14 +97,15 @@ pub async fn serve(
             let (srv_stop, srv_rx) = tokio::sync::oneshot::channel::<()>();
             let (streams_stop, streams_rx) = watch::channel(false);
             let server = tokio::spawn(
-                Server::builder()
+                // Kubelets before kubernetes#112597 send the socket path as :authority.
+                server()
                     .add_service(api::device_plugin_server::DevicePluginServer::new(
                         Service {
                             plugin: plugin.clone(),
                             stop: streams_rx,
                         },
                     ))
-                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    .serve_with_incoming_shutdown(incoming(listener), async {
                         let _ = srv_rx.await;
                     }),
             );

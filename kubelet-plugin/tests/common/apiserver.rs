@@ -6,9 +6,18 @@
 //! * `GET /apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}`
 //! * `GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=…` (only `spec.nodeName` and
 //!   `spec.driver`, the field labels the API server supports for ResourceSlices; any other is a
-//!   400 as there)
+//!   400 as there), and with `watch=true` a watch from `resourceVersion` (the events after it,
+//!   then live ones, one JSON object a line; `timeoutSeconds` is not honoured: it lasts until
+//!   the client goes or the stand-in stops)
+//! * `DELETE /apis/resource.k8s.io/v1/resourceslices?fieldSelector=…` (DeleteCollection, what a
+//!   starting kubelet does to its node's slices: see `kubelet_restart`)
 //! * `POST /apis/resource.k8s.io/v1/resourceslices`, `GET`/`PUT`/`DELETE
 //!   /apis/resource.k8s.io/v1/resourceslices/{name}`
+//!
+//! Like the API server, it stores and returns capacity quantities in canonical form: plain
+//! digits become the shortest decimal-SI text of the same value (`39321600000` →
+//! `39321600k`, `1000` → `1k`), as `resource.Quantity` canonicalises them
+//! (k8s.io/apimachinery/pkg/api/resource/quantity.go, `CanonicalizeBytes`).
 //!
 //! It is strict: a bearer token is required (401 otherwise); every ResourceSlice sent is
 //! deserialised into `k8s-openapi`'s v1 type (feature v1_36) and serialised back (the deploy
@@ -34,13 +43,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use gpuslice_deploy_tests::strict;
+use gpuslice_kubelet_plugin::resourceslice::each_quantity;
 use gpuslice_kubelet_plugin::validate;
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
 
 /// The bearer token the stand-in accepts.
 pub const TOKEN: &str = "standin-token";
@@ -64,13 +78,53 @@ pub struct State {
     pub log: Vec<String>,
     /// The message of every 4xx/5xx answered.
     pub refused: Vec<String>,
+    /// Every ResourceSlice change: (resourceVersion, event type, object), replayed to watches
+    /// that start from an older version.
+    pub events: Vec<(u64, &'static str, ResourceSlice)>,
+    /// Open watches: their field selector and where their events go.
+    watchers: Vec<(Selector, UnboundedSender<Bytes>)>,
     rv: u64,
+}
+
+/// A field selector of ResourceSlices: (`spec.nodeName`, `spec.driver`).
+type Selector = (Option<String>, Option<String>);
+
+fn selected((node, driver): &Selector, x: &ResourceSlice) -> bool {
+    node.as_ref()
+        .is_none_or(|n| x.spec.node_name.as_ref() == Some(n))
+        && driver.as_ref().is_none_or(|d| &x.spec.driver == d)
+}
+
+/// A watch event as the API server sends it: one JSON object and a newline.
+fn event_line(kind: &str, x: &ResourceSlice) -> Bytes {
+    let mut line = json!({"type": kind, "object": x}).to_string();
+    line.push('\n');
+    Bytes::from(line)
 }
 
 impl State {
     fn next_rv(&mut self) -> String {
         self.rv += 1;
         self.rv.to_string()
+    }
+
+    /// Records a change of `x` (at its resourceVersion) and tells the watches that select it.
+    fn record(&mut self, kind: &'static str, x: &ResourceSlice) {
+        let rv = x
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.rv);
+        self.events.push((rv, kind, x.clone()));
+        let line = event_line(kind, x);
+        self.watchers
+            .retain(|(sel, tx)| !selected(sel, x) || tx.send(line.clone()).is_ok());
+    }
+
+    /// Open watches (those whose client is still there are counted at their next event).
+    pub fn watches(&self) -> usize {
+        self.watchers.len()
     }
 
     /// Stores a claim (as if created by a user and allocated by a scheduler).
@@ -210,7 +264,9 @@ fn not_found(what: &str, name: &str) -> (StatusCode, Value) {
     )
 }
 
-async fn handle(st: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+type Body = BoxBody<Bytes, Infallible>;
+
+async fn handle(st: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -236,6 +292,21 @@ async fn handle(st: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Full
             "Unauthorized",
             "Unauthorized".into(),
         )
+    } else if method == Method::GET
+        && path == format!("{PREFIX}/resourceslices")
+        && form_pairs(&query).contains(&("watch".into(), "true".into()))
+    {
+        match watch(&mut s, &query) {
+            Ok(body) => {
+                s.log.push(format!("WATCH {path} -> 200"));
+                return Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .unwrap();
+            }
+            Err(e) => e,
+        }
     } else {
         route(&mut s, &method, &path, &query, &body)
     };
@@ -247,8 +318,28 @@ async fn handle(st: &Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Full
     Response::builder()
         .status(code)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(value.to_string())))
+        .body(Full::new(Bytes::from(value.to_string())).boxed())
         .unwrap()
+}
+
+/// A watch of the slices `query` selects, from its `resourceVersion`: the recorded events after
+/// it, then every new one.
+fn watch(s: &mut State, query: &str) -> Result<Body, (StatusCode, Value)> {
+    let sel = selector(query)?;
+    let from: u64 = form_pairs(query)
+        .into_iter()
+        .find(|(k, _)| k == "resourceVersion")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(s.rv);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for (rv, kind, x) in &s.events {
+        if *rv > from && selected(&sel, x) {
+            let _ = tx.send(event_line(kind, x));
+        }
+    }
+    s.watchers.push((sel, tx));
+    let frames = UnboundedReceiverStream::new(rx).map(|b| Ok(hyper::body::Frame::data(b)));
+    Ok(StreamBody::new(frames).boxed())
 }
 
 fn route(
@@ -289,6 +380,7 @@ fn route(
             }
         }
         (Method::GET, ["resourceslices"]) => list(s, query),
+        (Method::DELETE, ["resourceslices"]) => delete_collection(s, query),
         (Method::POST, ["resourceslices"]) => create(s, body),
         (Method::GET, ["resourceslices", name]) => match s.slices.get(*name) {
             Some(x) => (StatusCode::OK, serde_json::to_value(x).unwrap()),
@@ -304,44 +396,44 @@ fn route(
     }
 }
 
-fn list(s: &State, query: &str) -> (StatusCode, Value) {
-    let mut node = None;
-    let mut driver = None;
+/// The `fieldSelector` of `query` (only the field labels the API server supports for
+/// ResourceSlices).
+fn selector(query: &str) -> Result<Selector, (StatusCode, Value)> {
+    let (mut node, mut driver) = (None, None);
     for (k, v) in form_pairs(query) {
         if k != "fieldSelector" {
             continue;
         }
         for term in v.split(',').filter(|t| !t.is_empty()) {
             let Some((field, value)) = term.split_once('=') else {
-                return status(
+                return Err(status(
                     StatusCode::BAD_REQUEST,
                     "BadRequest",
                     format!("invalid field selector {term:?}"),
-                );
+                ));
             };
             match field {
                 "spec.nodeName" => node = Some(value.to_string()),
                 "spec.driver" => driver = Some(value.to_string()),
                 f => {
-                    return status(
+                    return Err(status(
                         StatusCode::BAD_REQUEST,
                         "BadRequest",
                         format!("field label not supported: {f}"),
-                    )
+                    ))
                 }
             }
         }
     }
-    let items: Vec<Value> = s
-        .slices
-        .values()
-        .filter(|x| {
-            node.as_ref()
-                .is_none_or(|n| x.spec.node_name.as_ref() == Some(n))
-        })
-        .filter(|x| driver.as_ref().is_none_or(|d| &x.spec.driver == d))
+    Ok((node, driver))
+}
+
+/// `items` as a ResourceSliceList (items without apiVersion / kind, as the API server sends
+/// them).
+fn slice_list(rv: u64, items: Vec<&ResourceSlice>) -> Value {
+    let items: Vec<Value> = items
+        .into_iter()
         .map(|x| {
-            // List items carry no apiVersion / kind, as the API server sends them.
             let mut v = serde_json::to_value(x).unwrap();
             let o = v.as_object_mut().unwrap();
             o.remove("apiVersion");
@@ -349,14 +441,43 @@ fn list(s: &State, query: &str) -> (StatusCode, Value) {
             v
         })
         .collect();
-    (
-        StatusCode::OK,
-        json!({
-            "kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
-            "metadata": {"resourceVersion": s.rv.to_string()},
-            "items": items,
-        }),
-    )
+    json!({
+        "kind": "ResourceSliceList", "apiVersion": "resource.k8s.io/v1",
+        "metadata": {"resourceVersion": rv.to_string()},
+        "items": items,
+    })
+}
+
+fn list(s: &State, query: &str) -> (StatusCode, Value) {
+    let sel = match selector(query) {
+        Ok(sel) => sel,
+        Err(e) => return e,
+    };
+    let items = s.slices.values().filter(|x| selected(&sel, x)).collect();
+    (StatusCode::OK, slice_list(s.rv, items))
+}
+
+/// DeleteCollection: every selected slice deleted; the list of them answered.
+fn delete_collection(s: &mut State, query: &str) -> (StatusCode, Value) {
+    let sel = match selector(query) {
+        Ok(sel) => sel,
+        Err(e) => return e,
+    };
+    let names: Vec<String> = s
+        .slices
+        .iter()
+        .filter(|(_, x)| selected(&sel, x))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let mut gone = Vec::new();
+    for name in names {
+        if let Some(mut x) = s.slices.remove(&name) {
+            x.metadata.resource_version = Some(s.next_rv());
+            s.record("DELETED", &x);
+            gone.push(x);
+        }
+    }
+    (StatusCode::OK, slice_list(s.rv, gone.iter().collect()))
 }
 
 fn form_pairs(query: &str) -> Vec<(String, String)> {
@@ -486,7 +607,9 @@ fn create(s: &mut State, body: &[u8]) -> (StatusCode, Value) {
     x.metadata.resource_version = Some(rv.clone());
     x.metadata.uid = Some(format!("uid-{name}-{rv}"));
     x.metadata.generation = Some(1);
+    canonicalise(&mut x);
     s.slices.insert(name, x.clone());
+    s.record("ADDED", &x);
     (StatusCode::CREATED, serde_json::to_value(&x).unwrap())
 }
 
@@ -496,6 +619,8 @@ fn interfere(s: &mut State, name: &str) {
         let rv = s.next_rv();
         if let Some(o) = s.slices.get_mut(name) {
             o.metadata.resource_version = Some(rv);
+            let o = o.clone();
+            s.record("MODIFIED", &o);
         }
     }
 }
@@ -553,7 +678,9 @@ fn update(s: &mut State, name: &str, body: &[u8]) -> (StatusCode, Value) {
     x.metadata.uid = old.metadata.uid.clone();
     x.metadata.generation = Some(old.metadata.generation.unwrap_or(1) + 1);
     x.metadata.resource_version = Some(s.next_rv());
+    canonicalise(&mut x);
     s.slices.insert(name.to_string(), x.clone());
+    s.record("MODIFIED", &x);
     (StatusCode::OK, serde_json::to_value(&x).unwrap())
 }
 
@@ -581,6 +708,28 @@ fn delete(s: &mut State, name: &str, body: &[u8]) -> (StatusCode, Value) {
         );
     }
     s.slices.remove(name);
-    s.next_rv();
+    let mut gone = old.clone();
+    gone.metadata.resource_version = Some(s.next_rv());
+    s.record("DELETED", &gone);
     (StatusCode::OK, serde_json::to_value(&old).unwrap())
+}
+
+/// A quantity as the API server returns it: plain digits in canonical decimal-SI form (trailing
+/// zeros in groups of three become `k`, `M`, `G`, `T`, `P`, `E`); other forms are left as given.
+pub fn canonical(text: &str) -> String {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.to_string();
+    }
+    let digits = text.trim_start_matches('0');
+    if digits.is_empty() {
+        return "0".into();
+    }
+    let zeros = digits.len() - digits.trim_end_matches('0').len();
+    let groups = (zeros / 3).min(6);
+    let suffix = ["", "k", "M", "G", "T", "P", "E"][groups];
+    format!("{}{suffix}", &digits[..digits.len() - 3 * groups])
+}
+
+fn canonicalise(x: &mut ResourceSlice) {
+    each_quantity(&mut x.spec, |q| q.0 = canonical(&q.0));
 }

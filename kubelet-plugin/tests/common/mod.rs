@@ -5,7 +5,11 @@
 
 #![allow(dead_code)]
 
+pub mod apienv;
 pub mod apiserver;
+pub mod grpcgo;
+pub mod kubelet;
+pub mod plugin;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
