@@ -57,6 +57,7 @@ impl Env {
             .env("LD_LIBRARY_PATH", self.dir.join("lib"))
             .env("GPUSLICE_SIM_STATE", self.dir.join("sim-state"))
             .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env("GPUSLICE_SIM_MODULE_OVERHEAD", "0")
             .env_remove("GPUSLICE_MEMORY")
             .env_remove("GPUSLICE_SLICE_DIR")
             .env_remove("GPUSLICE_STANDALONE_ID")
@@ -655,6 +656,7 @@ fn racing_processes_never_exceed_the_cap() {
     let mut cfg = gpuslice_sim_core::SimConfig::from_env().unwrap();
     cfg.state_path = e.dir.join("sim-state");
     cfg.ctx_overhead = 0;
+    cfg.module_overhead = 0;
     let t0 = Instant::now();
     let mut node = None;
     let mut max_seen = 0;

@@ -264,6 +264,7 @@ fn open_sim(dir: &Path, config: &NodeConfig) -> Result<SimNode> {
             "GPUSLICE_SIM_DEVICES" => Some(config.devices.clone()),
             "GPUSLICE_SIM_STATE" => Some(sim_state.display().to_string()),
             "GPUSLICE_SIM_CTX_OVERHEAD" => Some(config.ctx_overhead.clone()),
+            "GPUSLICE_SIM_MODULE_OVERHEAD" => Some("0".into()),
             // Inherited by the node's processes, so part of the configuration they all share.
             "GPUSLICE_SIM_ENGINE" => std::env::var("GPUSLICE_SIM_ENGINE").ok(),
             _ => None,

@@ -179,6 +179,7 @@ fn death(ctx: &Arc<Context>) {
     crate::pool::release_context(ctx.id);
     crate::array::release_context(ctx.id);
     crate::memory::release_context(ctx.id);
+    crate::module::release_context(ctx.id);
     if let Ok(node) = device::node() {
         node.ctx_detach(ctx.phys);
     }
