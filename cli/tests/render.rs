@@ -254,6 +254,7 @@ fn achieved_shares_come_from_the_status_reply() {
         compute_guaranteed: 30,
         slices: vec!["train".into()],
         shares,
+        context: None,
     };
     let slice: SliceStatus = serde_json::from_value(serde_json::json!({
         "slice_id": "train",
@@ -339,6 +340,7 @@ fn strikes_come_from_the_status_reply() {
                     ..Default::default()
                 },
             ],
+            context: None,
         }],
         slices: vec![slice("liar"), slice("honest")],
         backstop: Vec::new(),
@@ -420,6 +422,7 @@ fn best_effort_shares_come_from_the_status_reply() {
             compute_guaranteed: 0,
             slices: vec!["c30".into(), "old".into()],
             shares: vec![],
+            context: None,
         }],
         slices: vec![slice("c30", Some(39 * GI + GI / 2)), slice("old", None)],
         backstop: Vec::new(),
