@@ -83,3 +83,66 @@ fn honest_shared_tenants_are_never_flagged() {
     }
     assert_all_ran_unjudged(&n, &mut ts);
 }
+
+/// The arbiter's probe context found the simulated device's 518 MiB, and the status reply and
+/// `gpuslice status --json` say so, with the charge that follows: 518 MiB + the 256 MiB module
+/// allowance. Admission commits the cap plus that charge.
+#[test]
+fn the_measured_context_is_reported_and_charged() {
+    const MI: u64 = 1 << 20;
+    let n = real_node("footprint");
+    let w = profile_dir().join("gpuslice-workload");
+    let mut t = n.spawn_owner("a", "\"memory\":\"1Gi\"", &w, &["info"]);
+    let st = n.status();
+    let ctx = &st["devices"][0]["context"];
+    assert_eq!(ctx["footprint"].as_u64(), Some(518 * MI), "{st}");
+    assert_eq!(ctx["source"].as_str(), Some("measured"), "{st}");
+    assert_eq!(ctx["charge"].as_u64(), Some(774 * MI), "{st}");
+    let committed = st["devices"][0]["memory_committed"].as_u64();
+    assert_eq!(committed, Some(1024 * MI + 774 * MI), "{st}");
+    let cli = n.cli_status().expect("gpuslice status --json");
+    assert_eq!(cli["devices"][0]["context"], *ctx, "{cli}");
+    t.close_stdin();
+    let _ = t.finish(Duration::from_secs(30));
+}
+
+/// Six processes of one 2 GiB slice, each a context and 256 MiB (the kit's run on the H200,
+/// where five contexts of 518 MiB were charged 512 MiB each and the backstop killed one): with
+/// contexts charged what they cost, those that do not fit are refused when they are made
+/// (`CUDA_ERROR_OUT_OF_MEMORY`), and nothing is killed later.
+#[test]
+fn contexts_that_do_not_fit_are_refused_not_killed() {
+    let n = real_node("six");
+    let w = profile_dir().join("gpuslice-workload");
+    let out = n.dir.join("six");
+    std::fs::create_dir_all(&out).expect("output dir");
+    let script = format!(
+        "for i in 1 2 3 4 5 6; do \"{w}\" --via dlsym --hold 256Mi saturate --kernel-us 1000 \
+         --seconds 3 >{o}/$i 2>&1 & done; wait; \
+         echo kernels=1 ok=$(grep -l kernels= {o}/* | wc -l) oom=$(grep -l OUT_OF_MEMORY {o}/* | wc -l)",
+        w = w.display(),
+        o = out.display()
+    );
+    let mut ts = vec![(
+        "six".to_string(),
+        n.spawn_owner(
+            "six",
+            "\"memory\":\"2Gi\"",
+            std::path::Path::new("/bin/sh"),
+            &["-c", &script],
+        ),
+    )];
+    ts[0].1.send("go").expect("start");
+    let line = ts[0]
+        .1
+        .expect("kernels=", Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", n.log()));
+    println!("six processes in one 2 GiB slice: {line}");
+    let (ok, oom) = (field::<u32>(&line, "ok"), field::<u32>(&line, "oom"));
+    // 2 GiB + one charge of 774 MiB: three contexts (the third's allocation may be refused).
+    assert!(matches!(ok, Some(1..=3)), "{line}");
+    assert_eq!(ok.zip(oom).map(|(a, b)| a + b), Some(6), "{line}");
+    let log = n.log();
+    let judged: Vec<_> = log.lines().filter(|l| l.contains("backstop:")).collect();
+    assert!(judged.is_empty(), "{}", judged.join("\n"));
+}
