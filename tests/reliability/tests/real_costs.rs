@@ -123,18 +123,10 @@ fn contexts_that_do_not_fit_are_refused_not_killed() {
         w = w.display(),
         o = out.display()
     );
-    let mut ts = vec![(
-        "six".to_string(),
-        n.spawn_owner(
-            "six",
-            "\"memory\":\"2Gi\"",
-            std::path::Path::new("/bin/sh"),
-            &["-c", &script],
-        ),
-    )];
-    ts[0].1.send("go").expect("start");
-    let line = ts[0]
-        .1
+    let sh = std::path::Path::new("/bin/sh");
+    let mut t = n.spawn_owner("six", "\"memory\":\"2Gi\"", sh, &["-c", &script]);
+    t.send("go").expect("start");
+    let line = t
         .expect("kernels=", Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("{e}; log:\n{}", n.log()));
     println!("six processes in one 2 GiB slice: {line}");
