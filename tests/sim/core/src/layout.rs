@@ -12,8 +12,9 @@ use crate::config::MAX_DEVICES;
 /// `GPUSLSIM` in ASCII.
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
 /// Bumped whenever this layout changes, or the meaning of the lock bytes beyond it (version 5:
-/// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`).
-pub const VERSION: u64 = 5;
+/// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`; version 6: the
+/// per-device release lock [`D_RELEASE_LOCK`]).
+pub const VERSION: u64 = 6;
 
 /// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version
 /// 1 had 256). A real driver has no such table; the limit is the simulator's.
@@ -61,6 +62,10 @@ pub const D_TS_T: usize = 96;
 pub const D_TS_SLICE_START: usize = 104;
 /// Time-sliced engine: end of the switch into the held context.
 pub const D_TS_RUN_FROM: usize = 112;
+/// Robust lock held while a dead process's bytes leave the device (slot figure zeroed, device
+/// total lowered: two words) and while `mem_used` reads them, so a reader never sees one step
+/// without the other (version 6).
+pub const D_RELEASE_LOCK: usize = 120;
 pub const D_BUCKETS: usize = 128;
 
 // process slots

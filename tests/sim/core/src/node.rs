@@ -455,12 +455,20 @@ impl Node {
     fn release_holdings(&self, s: usize, me: (u64, usize)) {
         let word = ((me.0 & 0xffff_ffff) << 32) | (1 << 31) | (me.1 as u64 + 1);
         for d in 0..self.cfg.devices.len() {
-            // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it
+            // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it;
+            // under the release lock, so `mem_used` never sees the slot zeroed with the device
+            // total not yet lowered (a reaper descheduled between the two made the device read
+            // one process too high under CPU load: issue 32, item 6).
+            let release =
+                RobustLock::acquire(self.shm.u64(L::dev(d, L::D_RELEASE_LOCK)), word, |w| {
+                    self.word_owner_alive(w)
+                });
             let used = self
                 .shm
                 .u64(L::sdev(s, d, L::SD_USED))
                 .swap(0, Ordering::AcqRel);
             sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), used);
+            drop(release);
             self.shm
                 .u64(L::sdev(s, d, L::SD_CTX))
                 .store(0, Ordering::Relaxed);
@@ -514,25 +522,15 @@ impl Node {
 
     /// Bytes in use on `dev` by all live processes, context overheads included. A process
     /// whose descriptors have closed holds nothing, as with the driver, even while a reaper is
-    /// still releasing its slot. (A reaper descheduled between zeroing the slot's figure and
-    /// subtracting it from the device's can make this read high for that moment, never low.)
+    /// still releasing its slot: the device's total and what gone owners still hold are read
+    /// under the device's release lock, which a reaper holds across its two steps.
     pub fn mem_used(&self, dev: u32) -> u64 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
         self.reap_dead();
-        // What gone owners hold, read before and after the device's figure: a reaper that
-        // finished in between moved bytes out of both, so read again.
-        let mut gone = self.held_by_gone(d);
-        for _ in 0..8 {
-            let used = self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire);
-            let again = self.held_by_gone(d);
-            if again == gone {
-                return used.saturating_sub(gone);
-            }
-            gone = again;
-        }
-        // Still moving: the higher figure (a reaper counted on both sides).
+        let _release = self.lock(L::dev(d, L::D_RELEASE_LOCK));
+        let gone = self.held_by_gone(d);
         let used = self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire);
-        used.saturating_sub(gone.min(self.held_by_gone(d)))
+        used.saturating_sub(gone)
     }
 
     /// Bytes charged to the calling process on `dev`.
