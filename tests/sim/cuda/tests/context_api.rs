@@ -285,3 +285,56 @@ fn first_launch_of_a_module_grows_the_context() {
         );
     }
 }
+
+type FnSetLimit = unsafe extern "C" fn(u32, usize) -> u32;
+type FnGetLimit = unsafe extern "C" fn(*mut usize, u32) -> u32;
+
+/// A larger stack limit reserves local memory for every resident thread at once, as the real
+/// driver does (issue 32's probe: 64 KiB of stack grew an H200 process by 16.6 GiB): here
+/// 8 SMs × 2 048 threads × the growth; a lower limit keeps it, destroying the context returns it.
+#[test]
+fn a_larger_stack_grows_the_context() {
+    if in_child(
+        "a_larger_stack_grows_the_context",
+        &[
+            ("GPUSLICE_SIM_DEVICES", DEV),
+            ("GPUSLICE_SIM_CTX_OVERHEAD", "0"),
+            ("GPUSLICE_SIM_MODULE_OVERHEAD", "0"),
+        ],
+    ) {
+        return;
+    }
+    let lib = Lib::open();
+    let a = api(&lib);
+    // SAFETY: symbols with their C signatures; out-pointers are live locals.
+    unsafe {
+        let set: FnSetLimit = lib.sym("cuCtxSetLimit");
+        let get: FnGetLimit = lib.sym("cuCtxGetLimit");
+        assert_eq!((a.init)(0), SUCCESS);
+        let mut c: Ctx = std::ptr::null_mut();
+        assert_eq!((a.create)(&mut c, 0, 0), SUCCESS);
+        let mut v = 0usize;
+        assert_eq!(get(&mut v, 0), SUCCESS);
+        assert_eq!(v, 1024, "the driver's default stack");
+        assert_eq!(set(0, 2048), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 16 * MI, "1 KiB more × 16 384 threads");
+        assert_eq!(get(&mut v, 0), SUCCESS);
+        assert_eq!(v, 2048);
+        assert_eq!(set(0, 1024), SUCCESS);
+        assert_eq!(set(0, 2048), SUCCESS);
+        assert_eq!(
+            free(&a),
+            1024 * MI - 16 * MI,
+            "lower then back: nothing more"
+        );
+        assert_eq!(
+            set(0, 1 << 20),
+            OUT_OF_MEMORY,
+            "16 GiB of stack on a 1 GiB device"
+        );
+        assert_eq!(free(&a), 1024 * MI - 16 * MI);
+        assert_eq!((a.destroy)(c), SUCCESS);
+        assert_eq!((a.create)(&mut c, 0, 0), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI, "the stack went with its context");
+    }
+}
