@@ -31,6 +31,7 @@ macro_rules! for_each_wrapped {
             cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) -> CUresult;
             cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut c_void, num_params: c_int, flags: c_uint, dev: CUdevice) -> CUresult;
             cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut c_void, flags: c_uint, dev: CUdevice) -> CUresult;
+            cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult;
             cuDeviceGraphMemTrim(dev: CUdevice) -> CUresult;
             cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> CUresult;
             cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> CUresult;
@@ -146,6 +147,8 @@ pub mod pfn {
     called {
         cuCtxGetCurrent(*mut CUcontext) -> CUresult;
         cuCtxGetDevice(*mut CUdevice) -> CUresult;
+        cuCtxGetLimit(*mut usize, CUlimit) -> CUresult;
+        cuDeviceGetAttribute(*mut c_int, CUdevice_attribute, CUdevice) -> CUresult;
         cuCtxSetCurrent(CUcontext) -> CUresult;
         cuCtxSynchronize() -> CUresult;
         cuDeviceGetGraphMemAttribute(CUdevice, u32, *mut c_void) -> CUresult;

@@ -20,8 +20,16 @@ pub const DEFAULT_STATE_DIR: &str = "/run/gpuslice";
 /// 9464 the OpenTelemetry Prometheus exporter; gpuslice uses 9447 on loopback.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9447";
 /// Default per-process context reserve: what a CUDA context costs on the device outside any
-/// allocation the interposer sees.
+/// allocation the interposer sees. A floor: the arbiter raises the charge to what it measures
+/// (`docs/contexts.md`).
 pub const DEFAULT_CONTEXT_RESERVE: u64 = 512 << 20;
+/// What a bare CUDA context was measured to hold on an NVIDIA H200 (driver 580.159.04, NVML's
+/// per-process figure): the footprint assumed for a device the arbiter could not measure.
+pub const FALLBACK_CONTEXT_FOOTPRINT: u64 = 518 << 20;
+/// Default `admission.module_allowance`: what lazily loaded modules may add to a process after
+/// its context exists. Measured: PyTorch grew by 164 MiB of modules over five kernel families
+/// (matmul, softmax, layer norm, convolution, sort) on the H200; 256 MiB leaves half again.
+pub const DEFAULT_MODULE_ALLOWANCE: u64 = 256 << 20;
 /// Default scheduling quantum.
 pub const DEFAULT_QUANTUM: Duration = Duration::from_millis(5);
 /// Smallest and largest accepted quantum.
@@ -58,8 +66,12 @@ pub struct AdmissionConfig {
     pub placement: Placement,
     /// Allow the sum of memory caps on a device to exceed its memory.
     pub overcommit_memory: bool,
-    /// Memory reserved per process on each of its devices for the CUDA context.
+    /// Memory reserved per process on each of its devices for the CUDA context: a floor; the
+    /// charge is the larger of this and the measured context footprint plus `module_allowance`.
     pub context_reserve: ByteSize,
+    /// What lazily loaded modules may add to a process beyond its measured context, counted in
+    /// the per-process context charge (`docs/contexts.md`).
+    pub module_allowance: ByteSize,
     /// How many processes per slice admission reserves context memory for.
     pub processes_per_slice: u32,
     /// The node's GPU capacity is allocated by Kubernetes DRA (`gpuslice-kubelet-plugin`
@@ -77,6 +89,7 @@ impl Default for AdmissionConfig {
             placement: Placement::Binpack,
             overcommit_memory: false,
             context_reserve: ByteSize(DEFAULT_CONTEXT_RESERVE),
+            module_allowance: ByteSize(DEFAULT_MODULE_ALLOWANCE),
             processes_per_slice: 1,
             dra_only: false,
         }

@@ -12,8 +12,9 @@ pub use config::{
     RuntimeConfig,
 };
 pub use protocol::{
-    AssignedDevice, BackstopEvent, DeviceStatus, ErrorCode, NodeStatus, Owner, Request,
-    RequestEnvelope, Response, ResponseEnvelope, ShareStatus, SliceStatus, PROTOCOL_VERSION,
+    AssignedDevice, BackstopEvent, ContextStatus, DeviceStatus, ErrorCode, NodeStatus, Owner,
+    Request, RequestEnvelope, Response, ResponseEnvelope, ShareStatus, SliceStatus,
+    PROTOCOL_VERSION,
 };
 pub use quantity::{ByteSize, MemoryRequest, QuantityError};
 pub use request::{DeviceRef, DeviceSelector, Priority, RequestError, SliceRequest};

@@ -171,6 +171,27 @@ pub struct DeviceStatus {
     /// runs without a scheduler).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<ShareStatus>,
+    /// The CUDA context footprint of this device and what each process is charged for its
+    /// context (`docs/contexts.md`); absent from arbiters that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextStatus>,
+}
+
+/// A device's CUDA context footprint as the arbiter found it, and the per-process charge.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextStatus {
+    /// Bytes a bare CUDA context holds on the device outside any allocation (NVML's figure for
+    /// the arbiter's probe context).
+    pub footprint: u64,
+    /// `measured` (a probe context at start), `saved` (an earlier measurement with the same
+    /// driver and device) or `assumed` (not measurable: the H200 figure, 518 MiB).
+    pub source: String,
+    /// The NVIDIA driver version it belongs to.
+    pub driver: String,
+    /// What each process is charged on the device for its context and lazily loaded modules:
+    /// the larger of `admission.context_reserve` and the node's largest footprint plus
+    /// `admission.module_allowance`.
+    pub charge: u64,
 }
 
 /// Achieved compute share of one slice on one device, as the scheduler charged it.

@@ -146,6 +146,7 @@ fn responses_round_trip() {
                 compute_guaranteed: 30,
                 slices: vec!["a".into()],
                 shares: vec![],
+                context: None,
             }],
             slices: vec![SliceStatus {
                 slice_id: "a".into(),

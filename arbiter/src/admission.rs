@@ -634,6 +634,7 @@ impl Admission {
                         .map(|s| s.slice_id.clone())
                         .collect(),
                     shares: Vec::new(),
+                    context: None,
                 }
             })
             .collect();

@@ -42,6 +42,17 @@ impl From<&gpuslice_api::config::AdmissionConfig> for Policy {
 }
 
 impl Policy {
+    /// This policy with its per-process context charge following a context `footprint`
+    /// measured on the node: the larger of the configured reserve and `footprint` plus what
+    /// lazily loaded modules may add (`module_allowance`). Configuration raises the charge,
+    /// never lowers it below the measurement (`crate::contexts`).
+    pub fn with_footprint(mut self, footprint: u64, module_allowance: u64) -> Policy {
+        self.context_reserve = self
+            .context_reserve
+            .max(footprint.saturating_add(module_allowance));
+        self
+    }
+
     /// The context reserve one slice holds on each of its devices.
     pub fn reserve(&self) -> u64 {
         self.context_reserve

@@ -12,12 +12,15 @@
 //! 2. **Core** — [`state`]: the [`State`] (admission, records, scheduler, the [`state::Events`]
 //!    counters and backstop history) and request handling (`state/handle.rs`).
 //! 3. **Parts** — [`admission`] over [`fit`], [`placement`] and [`inventory`]; [`store`];
+//!    [`contexts`] (the measured context footprint, its probe in [`contexts_driver`]);
 //!    [`slices`] (region files, measured use); [`owner`] (owner identity, `/proc`); [`sched`];
 //!    the backstop's engine and adapters (`backstop/{engine,nvml,host}.rs`); [`nvml`];
 //!    [`syscalls`]; [`privileges`]. None of them knows the state or the daemon.
 
 pub mod admission;
 pub mod backstop;
+pub mod contexts;
+pub mod contexts_driver;
 pub mod fit;
 pub mod inventory;
 pub mod metrics;

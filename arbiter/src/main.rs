@@ -15,7 +15,7 @@ use gpuslice_api::Config;
 use gpuslice_arbiter::nvml::NvmlInventory;
 use gpuslice_arbiter::server::{bind, serve, State};
 use gpuslice_arbiter::store::Store;
-use gpuslice_arbiter::{DeviceInventory, Policy};
+use gpuslice_arbiter::DeviceInventory;
 
 /// gpuslice node arbiter: admission and placement of GPU slices.
 #[derive(Parser, Debug)]
@@ -27,6 +27,9 @@ struct Cli {
     /// Configuration file [default: /etc/gpuslice/config.toml; missing means defaults]
     #[arg(long, env = "GPUSLICE_CONFIG")]
     config: Option<PathBuf>,
+    /// Internal: be the probe child that holds one context per device (`contexts.rs`).
+    #[arg(long = "probe-contexts", hide = true)]
+    probe_contexts: bool,
 }
 
 fn main() {
@@ -38,7 +41,15 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    if let Err(e) = run(Cli::parse()) {
+    let cli = Cli::parse();
+    if cli.probe_contexts {
+        if let Err(e) = gpuslice_arbiter::contexts::probe_child() {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if let Err(e) = run(cli) {
         tracing::error!("gpuslice-arbiter: {e:#}");
         std::process::exit(1);
     }
@@ -100,8 +111,15 @@ fn run(cli: Cli) -> Result<()> {
     }
     let store = Store::open(&config.state_dir)
         .with_context(|| format!("state directory {}", config.state_dir.display()))?;
-    let (state, warnings) = State::open(devices, Policy::from(&config.admission), store)
+    let contexts = measure_contexts(&inventory, &devices, &config.state_dir);
+    let policy = gpuslice_arbiter::contexts::policy_for(&config.admission, &contexts);
+    tracing::info!(
+        "each process is charged {} MiB per device for its context and modules",
+        policy.context_reserve >> 20
+    );
+    let (state, warnings) = State::open(devices, policy, store)
         .with_context(|| format!("reading slices in {}", config.state_dir.display()))?;
+    let state = state.with_contexts(contexts);
     for w in warnings {
         tracing::warn!("{w}");
     }
@@ -182,4 +200,45 @@ fn run(cli: Cli) -> Result<()> {
     }
     serve(listener, state)?;
     Ok(())
+}
+
+/// Each device's context footprint: a probe context now, else the saved or assumed figure
+/// (`contexts.rs`); kept in the state directory for the next start and the kubelet plugin.
+fn measure_contexts(
+    nvml: &NvmlInventory,
+    devices: &[gpuslice_arbiter::DeviceInfo],
+    state_dir: &std::path::Path,
+) -> Vec<gpuslice_arbiter::contexts::Footprint> {
+    use gpuslice_arbiter::contexts;
+    let probe = std::env::current_exe()
+        .map_err(|e| format!("own executable: {e}"))
+        .and_then(|exe| {
+            let lib = std::env::var_os("GPUSLICE_CUDA_LIBRARY").map(PathBuf::from);
+            contexts::probe(&exe, lib.as_deref(), |pid| nvml.memory_of(pid))
+        });
+    let (list, warnings) = contexts::resolve(
+        devices,
+        &nvml.driver_version(),
+        probe,
+        contexts::load(state_dir),
+    );
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    for f in &list {
+        tracing::info!(
+            "device {}: a CUDA context holds {} MiB ({}, driver {})",
+            f.index,
+            f.bytes >> 20,
+            f.source,
+            f.driver
+        );
+    }
+    if let Err(e) = contexts::save(state_dir, &list) {
+        tracing::warn!(
+            "cannot keep the context footprints in {}: {e}",
+            state_dir.display()
+        );
+    }
+    list
 }

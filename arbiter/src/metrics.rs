@@ -64,14 +64,15 @@ fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
 /// Renders one scrape in the Prometheus text format.
 pub fn render(src: &Sources) -> String {
     let mut counters = String::new();
-    let (status, slices) = {
+    let (status, slices, contexts, charge) = {
         let st = src.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.events().encode(&mut counters).is_err() {
             counters.clear();
         }
         let status = st.admission().status();
         let slices = status.slices.clone();
-        (status, slices)
+        let charge = st.admission().policy().context_reserve;
+        (status, slices, st.contexts().to_vec(), charge)
     };
     let mut reg = Registry::default();
 
@@ -94,6 +95,18 @@ pub fn render(src: &Sources) -> String {
             .get_or_create(&l)
             .set(f64::from(d.compute_guaranteed) / 100.0);
         dev_slices.get_or_create(&l).set(d.slices.len() as f64);
+    }
+    let (ctx_footprint, ctx_charge) = (gauge_family(), gauge_family());
+    for f in &contexts {
+        let device = f.index.to_string();
+        let l = labels(&[
+            ("device", &device),
+            ("uuid", &f.uuid),
+            ("source", &f.source),
+        ]);
+        ctx_footprint.get_or_create(&l).set(f.bytes as f64);
+        let l = labels(&[("device", &device), ("uuid", &f.uuid)]);
+        ctx_charge.get_or_create(&l).set(charge as f64);
     }
 
     let cap = gauge_family();
@@ -150,6 +163,16 @@ pub fn render(src: &Sources) -> String {
         "gpuslice_device_slices",
         "Slices placed on the device",
         dev_slices,
+    );
+    reg.register(
+        "gpuslice_device_context_footprint_bytes",
+        "Device memory a bare CUDA context holds outside any allocation (source: measured by the arbiter's probe context, saved from an earlier start, or assumed)",
+        ctx_footprint,
+    );
+    reg.register(
+        "gpuslice_device_context_charge_bytes",
+        "What each process is charged on the device for its context and lazily loaded modules",
+        ctx_charge,
     );
     reg.register(
         "gpuslice_slice_memory_cap_bytes",

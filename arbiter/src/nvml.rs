@@ -36,6 +36,32 @@ impl NvmlInventory {
     }
 }
 
+impl NvmlInventory {
+    /// The driver version NVML reports (`580.159.04`), or `unknown`.
+    pub fn driver_version(&self) -> String {
+        self.nvml
+            .sys_driver_version()
+            .unwrap_or_else(|_| "unknown".into())
+    }
+
+    /// `(index, bytes)` for every device on which NVML lists process `pid` with its memory.
+    pub fn memory_of(&self, pid: u32) -> Vec<(u32, u64)> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let count = self.nvml.device_count().unwrap_or(0);
+        (0..count)
+            .filter_map(|i| {
+                let d = self.nvml.device_by_index(i).ok()?;
+                let list = d.running_compute_processes().ok()?;
+                let p = list.into_iter().find(|p| p.pid == pid)?;
+                match p.used_gpu_memory {
+                    UsedGpuMemory::Used(b) => Some((i, b)),
+                    UsedGpuMemory::Unavailable => None,
+                }
+            })
+            .collect()
+    }
+}
+
 impl DeviceInventory for NvmlInventory {
     fn devices(&self) -> Result<Vec<DeviceInfo>, InventoryError> {
         let err = |what: &str, e: nvml_wrapper::error::NvmlError| {

@@ -268,3 +268,39 @@ fn without_scheduler_no_share_metrics_are_invented() {
         2
     );
 }
+
+/// Each device's context footprint, as the arbiter measured it, and the charge that follows it
+/// (issue 32): the charge is the largest footprint plus the module allowance.
+#[test]
+fn the_measured_context_footprint_is_exported_per_device() {
+    use gpuslice_arbiter::contexts::{policy_for, resolve};
+    const MI: u64 = 1 << 20;
+    let tmp = TempDir::new("contexts");
+    let devs = StaticInventory::fake(&[("NVIDIA H200", 141 * GI), ("NVIDIA A100 40GB", 40 * GI)])
+        .devices()
+        .unwrap();
+    let (list, _) = resolve(
+        &devs,
+        "580.159.04",
+        Ok(vec![(0, 518 * MI), (1, 400 * MI)]),
+        None,
+    );
+    let policy = policy_for(&gpuslice_api::config::AdmissionConfig::default(), &list);
+    let (st, _) = State::open(devs, policy, Store::open(&tmp.0).unwrap()).unwrap();
+    let src = Sources {
+        state: Arc::new(Mutex::new(st.with_contexts(list))),
+        state_dir: tmp.0.clone(),
+        sched: None,
+    };
+    let m = parse(&metrics::render(&src));
+    let key = |name: &str, dev: u32, extra: &str| {
+        format!("{name}{{device=\"{dev}\",uuid=\"GPU-fake-{dev}\"{extra}}}")
+    };
+    let src_label = ",source=\"measured\"";
+    let footprint = "gpuslice_device_context_footprint_bytes";
+    assert_eq!(m[&key(footprint, 0, src_label)], (518 * MI) as f64, "{m:?}");
+    assert_eq!(m[&key(footprint, 1, src_label)], (400 * MI) as f64);
+    let charge = "gpuslice_device_context_charge_bytes";
+    assert_eq!(m[&key(charge, 0, "")], (774 * MI) as f64, "{m:?}");
+    assert_eq!(m[&key(charge, 1, "")], (774 * MI) as f64);
+}

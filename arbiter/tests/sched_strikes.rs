@@ -149,6 +149,7 @@ fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
             compute_guaranteed: 100,
             slices: vec!["liar".into(), "honest".into()],
             shares: Vec::new(),
+            context: None,
         }],
         ..NodeStatus::default()
     };

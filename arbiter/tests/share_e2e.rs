@@ -20,7 +20,8 @@ impl Node {
         Node(SimNode::start(
             &format!("h7-{tag}"),
             NodeConfig {
-                config: "[admission]\ncontext_reserve = \"16Mi\"\n".into(),
+                config: "[admission]\ncontext_reserve = \"16Mi\"\nmodule_allowance = \"0\"\n"
+                    .into(),
                 log_level: "warn".into(),
                 needs: vec!["gpuslice-workload"],
                 ..NodeConfig::default()

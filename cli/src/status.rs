@@ -76,6 +76,9 @@ pub struct DeviceView {
     pub memory_committed: u64,
     /// Sum of guarantees, percent.
     pub compute_guaranteed: u32,
+    /// The CUDA context footprint the arbiter measured there and the per-process charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<gpuslice_api::ContextStatus>,
     /// Its slices.
     pub slices: Vec<SliceRow>,
 }
@@ -117,6 +120,7 @@ impl StatusView {
                 memory_total: d.memory_total,
                 memory_committed: d.memory_committed,
                 compute_guaranteed: d.compute_guaranteed,
+                context: d.context.clone(),
                 slices: Vec::new(),
             })
             .collect();
@@ -188,6 +192,17 @@ impl StatusView {
                 bytes(d.memory_committed),
                 d.compute_guaranteed
             );
+            if let Some(c) = &d.context {
+                let _ = writeln!(
+                    out,
+                    "  context {} ({}, driver {}); each process charged {} for its context \
+                     and modules",
+                    bytes(c.footprint),
+                    c.source,
+                    c.driver,
+                    bytes(c.charge)
+                );
+            }
             if d.slices.is_empty() {
                 out.push_str("  (no slices)\n");
                 continue;

@@ -33,7 +33,7 @@ impl Node {
             NodeConfig {
                 devices: DEVICES.into(),
                 config: format!(
-                    "[admission]\ncontext_reserve = \"16Mi\"\n[backstop]\n{backstop}\n"
+                    "[admission]\ncontext_reserve = \"16Mi\"\nmodule_allowance = \"0\"\n[backstop]\n{backstop}\n"
                 ),
                 metrics: true,
                 needs: vec!["gpuslice-workload", "gpuslice-workload-linked"],

@@ -21,7 +21,8 @@ impl Node {
         Node::with(
             &format!("h8e-{tag}"),
             NodeConfig {
-                config: "[admission]\ncontext_reserve = \"16Mi\"\n".into(),
+                config: "[admission]\ncontext_reserve = \"16Mi\"\nmodule_allowance = \"0\"\n"
+                    .into(),
                 metrics: true,
                 needs: vec!["gpuslice-workload"],
                 ..NodeConfig::default()

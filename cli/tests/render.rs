@@ -133,6 +133,12 @@ fn fixed() -> StatusView {
                 memory_total: 80 * GI,
                 memory_committed: 9 * GI + GI / 2,
                 compute_guaranteed: 30,
+                context: Some(gpuslice_api::ContextStatus {
+                    footprint: 518 << 20,
+                    source: "measured".into(),
+                    driver: "580.159.04".into(),
+                    charge: 774 << 20,
+                }),
                 slices: vec![
                     SliceRow {
                         slice_id: "train".into(),
@@ -181,6 +187,7 @@ fn fixed() -> StatusView {
                 memory_total: 40 * GI,
                 memory_committed: 0,
                 compute_guaranteed: 0,
+                context: None,
                 slices: vec![],
             },
         ],
@@ -191,6 +198,7 @@ fn fixed() -> StatusView {
 fn table_golden() {
     let want = "\
 GPU 0  NVIDIA H100 80GB HBM3  GPU-aaaa  memory 80Gi  committed 9.5Gi  guaranteed 30%
+  context 518Mi (measured, driver 580.159.04); each process charged 774Mi for its context and modules
   SLICE    MEM CAP  MEM USED  GUAR  LIMIT  ACH 1s  ACH 10s  PRIO    PROCS
   train    8Gi      1.5Gi     30%   60%    29.5%   30.0%    normal  2 (41230,41231)
   infer-1  none     n/a       -     100%   n/a     n/a      high    n/a
@@ -254,6 +262,7 @@ fn achieved_shares_come_from_the_status_reply() {
         compute_guaranteed: 30,
         slices: vec!["train".into()],
         shares,
+        context: None,
     };
     let slice: SliceStatus = serde_json::from_value(serde_json::json!({
         "slice_id": "train",
@@ -339,6 +348,7 @@ fn strikes_come_from_the_status_reply() {
                     ..Default::default()
                 },
             ],
+            context: None,
         }],
         slices: vec![slice("liar"), slice("honest")],
         backstop: Vec::new(),
@@ -420,6 +430,7 @@ fn best_effort_shares_come_from_the_status_reply() {
             compute_guaranteed: 0,
             slices: vec!["c30".into(), "old".into()],
             shares: vec![],
+            context: None,
         }],
         slices: vec![slice("c30", Some(39 * GI + GI / 2)), slice("old", None)],
         backstop: Vec::new(),

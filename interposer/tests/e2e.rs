@@ -57,6 +57,7 @@ impl Env {
             .env("LD_LIBRARY_PATH", self.dir.join("lib"))
             .env("GPUSLICE_SIM_STATE", self.dir.join("sim-state"))
             .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env("GPUSLICE_SIM_MODULE_OVERHEAD", "0")
             .env_remove("GPUSLICE_MEMORY")
             .env_remove("GPUSLICE_SLICE_DIR")
             .env_remove("GPUSLICE_STANDALONE_ID")
@@ -217,9 +218,10 @@ fn child_hold(mib: u64) {
     std::thread::sleep(Duration::from_secs(60));
 }
 
-/// Creates the primary context (reporting the driver's answer as `CTX=`), then holds `mib` MiB.
-fn child_ctx(mib: u64) {
-    // SAFETY: loading the (simulated) driver by soname; entry points by their cuda.h types.
+/// Loads the (simulated) driver, `cuInit`, retains device 0's primary context: (driver handle,
+/// the retain's answer, the context).
+fn primary_context() -> (*mut c_void, R, *mut c_void) {
+    // SAFETY: loading the driver by soname; entry points by their cuda.h types.
     unsafe {
         let h = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
         assert!(!h.is_null());
@@ -229,12 +231,37 @@ fn child_ctx(mib: u64) {
             std::mem::transmute(sym(h, "cuDevicePrimaryCtxRetain", false));
         let mut ctx = std::ptr::null_mut();
         let r = retain(&mut ctx, 0);
-        println!("\nCTX={r}");
-        if r != 0 {
-            return;
+        (h, r, ctx)
+    }
+}
+
+/// Creates the primary context (reporting the driver's answer as `CTX=`), then holds `mib` MiB.
+fn child_ctx(mib: u64) {
+    let (_, r, _) = primary_context();
+    println!("\nCTX={r}");
+    if r == 0 {
+        child_hold(mib);
+    }
+}
+
+/// Raises the stack limit to each of `list` (bytes per thread, comma-separated) in the primary
+/// context, printing each result, then how much of the cap a 4 MiB fill still gets.
+fn child_stack(list: &str) {
+    let (h, r, ctx) = primary_context();
+    assert_eq!(r, 0);
+    // SAFETY: entry points by their cuda.h types; the context is live.
+    unsafe {
+        let set_current: unsafe extern "C" fn(*mut c_void) -> R =
+            std::mem::transmute(sym(h, "cuCtxSetCurrent", false));
+        let set_limit: unsafe extern "C" fn(u32, usize) -> R =
+            std::mem::transmute(sym(h, "cuCtxSetLimit", false));
+        assert_eq!(set_current(ctx), 0);
+        for v in list.split(',') {
+            let r = set_limit(0, v.parse().unwrap());
+            println!("\nSTACK_{v}={r}");
         }
     }
-    child_hold(mib);
+    child_fill("dlsym", 4 * MIB);
 }
 
 /// Looks `cuMemAlloc_v2` up through the handle of another library (`arg`) that links the driver.
@@ -373,12 +400,40 @@ fn child_entry() {
         "race" => child_race(arg.parse().unwrap()),
         "variants" => child_variants(),
         "ctx" => child_ctx(arg.parse().unwrap()),
+        "stack" => child_stack(&arg),
         "other_handle" => child_other_handle(&arg),
         m => panic!("unknown child mode {m}"),
     }
 }
 
 // ---------------------------------------------------------------- parent side
+
+/// A larger stack limit makes the driver reserve local memory for every resident thread at once,
+/// outside any allocation (issue 32: 16.6 GiB for 64 KiB on an H200). The interposer charges the
+/// growth under the cap first: on the simulated H100 (132 SMs × 2 048 threads) 1 024 bytes more
+/// per thread is 264 MiB, refused in a 64 MiB slice; 64 more is 16.5 MiB, granted and no longer
+/// available to allocations; setting it again, or lower, costs nothing more.
+#[test]
+fn a_larger_stack_is_charged_before_the_driver_reserves_it() {
+    let e = setup("stack");
+    let (out, err) = e.run(
+        "stack",
+        true,
+        &[
+            ("H4_ARG", "2048,1088,1088,512,1088"),
+            ("GPUSLICE_MEMORY", "64Mi"),
+        ],
+    );
+    assert_eq!(
+        field(&out, "STACK_2048"),
+        2,
+        "refused: OUT_OF_MEMORY\n{out}\n{err}"
+    );
+    assert_eq!(field(&out, "STACK_1088"), 0, "{out}\n{err}");
+    assert_eq!(field(&out, "STACK_512"), 0, "{out}\n{err}");
+    // 64 × 270 336 B = 16.5 MiB, rounded to 18 MiB (2 MiB steps): 46 MiB left, 11 × 4 MiB.
+    assert_eq!(field(&out, "N"), 11, "{out}\n{err}");
+}
 
 #[test]
 fn cap_is_exact_through_every_entry_path() {
@@ -655,6 +710,7 @@ fn racing_processes_never_exceed_the_cap() {
     let mut cfg = gpuslice_sim_core::SimConfig::from_env().unwrap();
     cfg.state_path = e.dir.join("sim-state");
     cfg.ctx_overhead = 0;
+    cfg.module_overhead = 0;
     let t0 = Instant::now();
     let mut node = None;
     let mut max_seen = 0;

@@ -2,7 +2,11 @@
 //! that the scheduler's sums and the arbiter's cannot disagree.
 //!
 //! The arbiter commits `cap + reserve` per slice on a device (`Policy::commitment`: the cap plus
-//! `context_reserve × processes_per_slice`). Consumable capacity has no per-allocation overhead,
+//! `context_reserve × processes_per_slice`), where the per-process context charge follows the
+//! context footprint the arbiter measured at its start (`gpuslice_arbiter::contexts`, kept in
+//! `<state-dir>/contexts.json`): the plugin builds its [`Policy`] with [`node_policy`] from the
+//! same file, so both charge what was measured (the assumed H200 figure until the arbiter has
+//! run once). Consumable capacity has no per-allocation overhead,
 //! so the driver publishes a third capacity, `slices` (value `slices_per_gpu`, every claim
 //! consumes exactly 1), and sets aside the reserves of that many slices up front:
 //!
@@ -16,6 +20,7 @@
 //! would never allocate), so node and cluster refuse the same things. `compute` is the
 //! arbiter's guarantee pool, 100 per device, exactly.
 
+pub use gpuslice_arbiter::contexts::node_policy;
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
 
@@ -105,5 +110,51 @@ mod tests {
             offer(&over, &PublishPolicy::default(), &dev).memory,
             80 << 30
         );
+    }
+
+    /// The published memory follows the context footprint the arbiter measured (its
+    /// `contexts.json`): 518 MiB + the 256 MiB module allowance per slice set aside, and more
+    /// when the arbiter measured more; the assumed H200 figure before it ever ran.
+    #[test]
+    fn the_measured_context_footprint_sets_the_reserves_aside() {
+        use gpuslice_arbiter::contexts::{resolve, save};
+        const MI: u64 = 1 << 20;
+        let dir = std::env::temp_dir().join(format!("gs-cap-ctx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dev = DeviceInfo {
+            index: 0,
+            uuid: "GPU-a".into(),
+            name: "H200".into(),
+            memory_total: 141 << 30,
+        };
+        let publish = PublishPolicy { slices_per_gpu: 4 };
+        let config = gpuslice_api::config::AdmissionConfig::default();
+        let offered = |dir: &std::path::Path| offer(&node_policy(&config, dir), &publish, &dev);
+        assert_eq!(
+            offered(&dir).memory,
+            (141 << 30) - 4 * 774 * MI,
+            "assumed 518 MiB"
+        );
+        let devs = [dev.clone()];
+        let (list, _) = resolve(&devs, "580.159.04", Ok(vec![(0, 1252 * MI)]), None);
+        save(&dir, &list).expect("contexts.json");
+        assert_eq!(offered(&dir).memory, (141 << 30) - 4 * (1252 + 256) * MI);
+        // The device plugin's units come from the same offer: (141 GiB − 4 × 1 508 MiB) / 1 GiB.
+        let units = crate::deviceplugin::units::units_of(
+            &crate::deviceplugin::units::UnitPolicy {
+                unit: 1 << 30,
+                policy: node_policy(&config, &dir),
+                publish,
+            },
+            &crate::gpu::Gpu {
+                info: dev.clone(),
+                minor: 0,
+                architecture: None,
+                compute_capability: None,
+                driver_version: None,
+            },
+        );
+        assert_eq!(units.units, 135);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

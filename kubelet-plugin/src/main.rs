@@ -127,7 +127,9 @@ fn main() -> Result<()> {
         .map(PathBuf::from)
         .or_else(|| config.nvml_library.clone());
     let gpus: Arc<dyn GpuSource> = Arc::new(NvmlGpus::open(nvml.as_deref())?);
-    let policy = Policy::from(&config.admission);
+    // The arbiter's charge: its measured context footprint (capacity.rs).
+    let policy: Policy =
+        gpuslice_kubelet_plugin::capacity::node_policy(&config.admission, &settings.state_dir);
     let publish = PublishPolicy {
         slices_per_gpu: cli.slices_per_gpu,
     };

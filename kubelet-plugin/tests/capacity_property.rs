@@ -13,7 +13,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{gpus, ClaimSpec, Node};
+use gpuslice_api::config::AdmissionConfig;
+use gpuslice_api::ByteSize;
 use gpuslice_api::{DeviceRef, DeviceSelector, MemoryRequest, Owner, SliceRequest};
+use gpuslice_arbiter::contexts::{policy_for, resolve};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
@@ -54,11 +57,29 @@ fn claims_the_consumable_capacity_rules_allow_are_admitted_and_no_others() {
     let (mut allowed_seen, mut refused_seen, mut arbiter_refusals) = (0, 0, 0);
     for seed in 0..120u64 {
         let mut rng = Seq(seed);
-        let policy = Policy {
-            context_reserve: [128, 512, 1024][rng.below(3) as usize] * MI,
+        // The arbiter's policy as it makes it: the configured reserve raised to a context
+        // footprint it measured (H200 bare, a smaller device, PyTorch with eager loading) plus
+        // the module allowance (issue 32).
+        let config = AdmissionConfig {
+            context_reserve: ByteSize([128, 512, 1024][rng.below(3) as usize] * MI),
             processes_per_slice: 1 + rng.below(2) as u32,
-            ..Policy::default()
+            ..AdmissionConfig::default()
         };
+        let measured = [300, 518, 1252][rng.below(3) as usize] * MI;
+        let (footprints, _) = resolve(
+            &[gpus()[0].info.clone()],
+            "580",
+            Ok(vec![(0, measured)]),
+            None,
+        );
+        let policy: Policy = policy_for(&config, &footprints);
+        assert_eq!(
+            policy.context_reserve,
+            config
+                .context_reserve
+                .0
+                .max(measured + config.module_allowance.0)
+        );
         let publish = PublishPolicy {
             slices_per_gpu: 1 + rng.below(8) as u32,
         };

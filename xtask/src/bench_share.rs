@@ -34,7 +34,7 @@ impl Arbiter {
         Self::start_with(
             node,
             quantum,
-            "context_reserve = \"16Mi\"\nprocesses_per_slice = 1",
+            "context_reserve = \"16Mi\"\nmodule_allowance = \"0\"\nprocesses_per_slice = 1",
         )
     }
 
@@ -1322,7 +1322,7 @@ fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()>
     let arb = Arbiter::start_rt(
         &node,
         "5ms",
-        "context_reserve = \"300Mi\"\nprocesses_per_slice = 4",
+        "context_reserve = \"300Mi\"\nmodule_allowance = \"0\"\nprocesses_per_slice = 4",
         rt,
     )?;
     let slices = procs.div_ceil(4);

@@ -5,15 +5,23 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpuslice_api::{BackstopAction, BackstopConfig, BackstopEvent, SliceStatus};
 
 use crate::owner::{read_owner, OwnerIdentity};
 use crate::sched::SchedulerStatus;
 
-/// Ticks of device-time history the lease check sums (with a 250 ms period: one second).
-const LEASE_TICKS: usize = 4;
+/// Per tick: (device time NVML credited, lease time charged), ns.
+type LeaseRing = VecDeque<(u64, u64)>;
+
+/// NVML's process sample period (measured: 199.9 ± 2 ms on an H200, driver 580).
+pub const SAMPLE_PERIOD_NS: u64 = 200_000_000;
+/// Device time the lease check sums over: 25 of NVML's 200 ms samples.
+const LEASE_SPAN: Duration = Duration::from_secs(5);
+/// How many standard deviations of NVML's sampling error an honest slice's excess may reach
+/// before it counts as running without the lease (`lease_threshold`).
+const SAMPLING_SIGMAS: f64 = 5.0;
 /// Deepest parent chain followed to find a slice's owner.
 const MAX_DEPTH: usize = 64;
 
@@ -122,8 +130,9 @@ pub struct Backstop<G: GpuSource, H: Host> {
     host: H,
     /// Episodes in progress: (slice, device, kind) that were acted on and are still over.
     open: HashSet<(String, u32, &'static str)>,
-    /// Per (slice, device): the scheduler's charged ns at the last tick, and the excess ring.
-    lease: HashMap<(String, u32), (u64, VecDeque<i64>)>,
+    /// Per (slice, device): the scheduler's charged ns at the last tick, and per tick of the
+    /// last [`LEASE_SPAN`] the device time NVML credited and the time charged.
+    lease: HashMap<(String, u32), (u64, LeaseRing)>,
     /// Owner identities read from the slice directories (by slice id).
     owners: HashMap<String, Option<OwnerIdentity>>,
     state_dir: Option<PathBuf>,
@@ -151,6 +160,36 @@ fn gib(b: u64) -> String {
     } else {
         format!("{} MiB", b.div_ceil(MI))
     }
+}
+
+/// Ticks of history the lease check keeps at `period`: [`LEASE_SPAN`] of them, at least 4.
+fn lease_ticks(period: Duration) -> usize {
+    let p = period.as_nanos().max(1);
+    usize::try_from(LEASE_SPAN.as_nanos() / p)
+        .unwrap_or(usize::MAX)
+        .max(4)
+}
+
+/// How far (ns) the device time NVML credits a slice over `span` may exceed the `charged`
+/// lease time before the slice counts as running without the lease.
+///
+/// NVML credits each 200 ms sample wholly to one process (`nvml.rs`), so a slice that held
+/// the device a fraction `p` of the time is credited about `Binomial(W, p)` windows of the `W`
+/// in the span: its standard deviation is one window times `√(W·p·(1−p))`. The threshold is
+/// `tolerance` (charging lag) plus [`SAMPLING_SIGMAS`] of that. A slice charged nothing (a
+/// bypass in a slice of its own) has no sampling error and is judged on `tolerance` alone.
+fn lease_threshold(tolerance: Duration, span: Duration, charged: u64) -> i64 {
+    let window = SAMPLE_PERIOD_NS as f64;
+    let span_ns = span.as_nanos() as f64;
+    let w = (span_ns / window).max(1.0);
+    let p = if span_ns > 0.0 {
+        (charged as f64 / span_ns).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let sigma = window * (w * p * (1.0 - p)).sqrt();
+    let tol = tolerance.as_nanos() as f64 + SAMPLING_SIGMAS * sigma;
+    tol.min(i64::MAX as f64) as i64
 }
 
 impl<G: GpuSource, H: Host> Backstop<G, H> {
@@ -451,13 +490,18 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 if first {
                     continue;
                 }
-                entry
-                    .1
-                    .push_back(ran_ns as i64 - i64::try_from(charged).unwrap_or(i64::MAX));
-                while entry.1.len() > LEASE_TICKS {
+                entry.1.push_back((ran_ns, charged));
+                let ticks = lease_ticks(self.cfg.period);
+                while entry.1.len() > ticks {
                     entry.1.pop_front();
                 }
-                let excess: i64 = entry.1.iter().sum();
+                let span = self.cfg.period.saturating_mul(entry.1.len() as u32);
+                let (ran_sum, charged_sum) = entry
+                    .1
+                    .iter()
+                    .fold((0u64, 0u64), |a, &(r, c)| (a.0 + r, a.1 + c));
+                let excess = i64::try_from(ran_sum).unwrap_or(i64::MAX)
+                    - i64::try_from(charged_sum).unwrap_or(i64::MAX);
                 tracing::debug!(
                     "backstop: slice {} device {dev}: ran {} µs, charged {} µs, excess over the \
                      last {} checks {} µs (pids {pids:?})",
@@ -467,7 +511,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                     entry.1.len(),
                     excess / 1000,
                 );
-                let tol = i64::try_from(self.cfg.lease_tolerance.as_nanos()).unwrap_or(i64::MAX);
+                let tol = lease_threshold(self.cfg.lease_tolerance, span, charged_sum);
                 // The holder's time is charged when the scheduler next decides (or, for its last
                 // kernels, when its drain is reported): while it holds the lease its excess may
                 // be charging lag, judged once it no longer holds it.
@@ -479,9 +523,11 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                         kind: "lease",
                         targets: pids,
                         detail: format!(
-                            "ran {} ms of device time beyond its lease over the last {} ms",
+                            "NVML credited it {} ms of device time beyond its lease over the \
+                             last {} ms (allowed {} ms for NVML's sampling)",
                             excess / 1_000_000,
-                            self.cfg.period.as_millis() * entry.1.len() as u128
+                            span.as_millis(),
+                            tol / 1_000_000
                         ),
                     });
                 }
@@ -502,6 +548,12 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 self.cfg.lease_action
             };
             let ev = self.act(s, &members[v.slice], &v, action);
+            if v.kind == "lease" && action == BackstopAction::Kill {
+                // What the killed processes ran is judged; a next offender starts afresh.
+                if let Some(e) = self.lease.get_mut(&(s.slice_id.clone(), v.device)) {
+                    e.1.clear();
+                }
+            }
             // Acted on once per episode: it stays open while the slice stays over (a killed
             // process leaves NVML's list at once, so a kill ends it).
             self.open.insert(key);
@@ -782,6 +834,40 @@ mod tests {
         assert_eq!(ev.len(), 1, "{ev:?}");
         assert_eq!(ev[0].kind, "lease");
         assert_eq!(ev[0].pids, vec![11]);
+    }
+
+    /// NVML's sampling as measured on the H200: each 200 ms window credited wholly (97 %) to
+    /// the process holding the device, here with probability `p` (its lease share). Over 20 000
+    /// five-second spans per share, an honest slice is never over the threshold; a slice charged
+    /// nothing is over it with two windows.
+    #[test]
+    fn the_lease_threshold_allows_for_nvml_sampling() {
+        const MS: u64 = 1_000_000;
+        let tol = Duration::from_millis(250);
+        let span = Duration::from_secs(5);
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut uniform = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for p in [0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0] {
+            let charged = (p * 5_000.0) as u64 * MS;
+            let threshold = lease_threshold(tol, span, charged);
+            let mut worst = i64::MIN;
+            for _ in 0..20_000 {
+                let credited: u64 = (0..25).filter(|_| uniform() < p).count() as u64 * 194 * MS;
+                worst = worst.max(credited as i64 - charged as i64);
+            }
+            assert!(
+                worst <= threshold,
+                "share {p}: excess {worst} > {threshold}"
+            );
+        }
+        let bypass = lease_threshold(tol, span, 0);
+        assert_eq!(bypass, 250 * MS as i64);
+        assert!(2 * 194 * MS as i64 > bypass);
     }
 
     #[test]

@@ -5,10 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::engine::{GpuProcess, GpuSource};
-
-/// The span NVML's per-process utilisation percentages cover at most, µs.
-const NVML_WINDOW_US: u64 = 1_000_000;
+use super::engine::{GpuProcess, GpuSource, SAMPLE_PERIOD_NS};
 
 /// NVML through `nvml-wrapper`.
 pub struct NvmlSource {
@@ -54,9 +51,12 @@ impl GpuSource for NvmlSource {
             .collect())
     }
 
-    /// NVML's process samples since the last call. A sample's `sm_util` is the percentage of
-    /// the span since the previous call that the process ran (the simulator's exact figure; on
-    /// real devices several samples per process are averaged — an approximation).
+    /// NVML's process samples since the last call, as device time: the driver samples every
+    /// 200 ms and credits each sample to **one** process (the one resident when it was taken)
+    /// with the whole device's busy percent over the window (measured on an H200, driver 580,
+    /// `docs/contexts.md`), so each sample stands for `smUtil` % of one sample period of that
+    /// process. Any one window is 0 % or nearly all for a given process; the lease check
+    /// allows for that sampling error (`engine.rs`).
     fn busy_since_last(&mut self, index: u32) -> Result<Vec<(u32, u64)>, String> {
         let now = now_us();
         let Some(&since) = self.last_seen.get(&index) else {
@@ -72,22 +72,13 @@ impl GpuSource for NvmlSource {
             Err(nvml_wrapper::error::NvmlError::NotFound) => Vec::new(),
             Err(e) => return Err(e.to_string()),
         };
-        let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(now);
-        // A percentage is over at most NVML's sampling window (the simulator's and the
-        // driver's buffers hold about a second): over a longer span since the last call (a
-        // delayed tick) it says nothing about the time before, which must not be counted as
-        // run at the same rate.
-        let span_us = newest.saturating_sub(since.max(newest.saturating_sub(NVML_WINDOW_US)));
+        let newest = samples.iter().map(|s| s.timestamp).max().unwrap_or(since);
         self.last_seen.insert(index, newest.max(since));
-        let mut per: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        for s in samples {
-            let e = per.entry(s.pid).or_default();
-            e.0 += u64::from(s.sm_util.min(100));
-            e.1 += 1;
+        let mut per: BTreeMap<u32, u64> = BTreeMap::new();
+        for s in samples.iter().filter(|s| s.timestamp > since) {
+            *per.entry(s.pid).or_default() +=
+                u64::from(s.sm_util.min(100)) * SAMPLE_PERIOD_NS / 100;
         }
-        Ok(per
-            .into_iter()
-            .map(|(pid, (sum, n))| (pid, sum * span_us * 1000 / (100 * n.max(1))))
-            .collect())
+        Ok(per.into_iter().collect())
     }
 }

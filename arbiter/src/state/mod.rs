@@ -30,9 +30,22 @@ pub struct State {
     store: Store,
     sched: Option<Arc<Scheduler>>,
     events: Events,
+    /// Each device's context footprint (`crate::contexts`), for `status` and metrics.
+    contexts: Vec<crate::contexts::Footprint>,
 }
 
 impl State {
+    /// This state with the devices' context footprints (`crate::contexts`).
+    pub fn with_contexts(mut self, contexts: Vec<crate::contexts::Footprint>) -> State {
+        self.contexts = contexts;
+        self
+    }
+
+    /// Each device's context footprint (empty when not measured: tests).
+    pub fn contexts(&self) -> &[crate::contexts::Footprint] {
+        &self.contexts
+    }
+
     /// Builds the state from the devices and the records in `store`. Returns the state and the
     /// warnings to log (unreadable records, records for devices that are gone, over-capacity).
     pub fn open(
@@ -55,6 +68,7 @@ impl State {
                 store,
                 sched: None,
                 events: Events::new(),
+                contexts: Vec::new(),
             },
             warnings,
         ))

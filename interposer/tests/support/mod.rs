@@ -51,6 +51,7 @@ impl Env {
             .env("LD_PRELOAD", &self.preload)
             .env("GPUSLICE_SIM_STATE", self.dir.join("sim-state"))
             .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env("GPUSLICE_SIM_MODULE_OVERHEAD", "0")
             .env_remove("GPUSLICE_MEMORY")
             .env_remove("GPUSLICE_SLICE_DIR")
             .env_remove("GPUSLICE_STANDALONE_ID")
@@ -81,6 +82,7 @@ impl Env {
         }
         cfg.state_path = self.dir.join("sim-state");
         cfg.ctx_overhead = 0;
+        cfg.module_overhead = 0;
         if !cfg.state_path.exists() {
             return None;
         }

@@ -306,6 +306,7 @@ mod tests {
                     compute_guaranteed: 0,
                     slices: vec![],
                     shares: vec![],
+                    context: None,
                 })
                 .collect(),
             ..NodeStatus::default()

@@ -18,7 +18,9 @@ pub const SIM_DEVICES: &str = "name=Trial GPU 8G,mem=8Gi,sms=16,cc=9.0";
 
 /// What a trial's node simulates and how its arbiter admits: [`NodeConfig::default`] is the
 /// node of most trials ([`SIM_DEVICES`], contexts cost nothing, so the arbiter charges nothing
-/// for them either: `context_reserve = 0`; the fork-wave trial sets both to a real cost).
+/// for them either: `context_reserve = 0`, `module_allowance = 0`, and the arbiter's probe
+/// context measures 0; the fork-wave trial sets both to a real cost, `real_costs.rs` and the
+/// soak to the H200's).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     /// `GPUSLICE_SIM_DEVICES`.
@@ -34,7 +36,7 @@ impl Default for NodeConfig {
         NodeConfig {
             devices: SIM_DEVICES.into(),
             ctx_overhead: "0".into(),
-            admission: "context_reserve = \"0\"\n".into(),
+            admission: "context_reserve = \"0\"\nmodule_allowance = \"0\"\n".into(),
         }
     }
 }
@@ -264,6 +266,7 @@ fn open_sim(dir: &Path, config: &NodeConfig) -> Result<SimNode> {
             "GPUSLICE_SIM_DEVICES" => Some(config.devices.clone()),
             "GPUSLICE_SIM_STATE" => Some(sim_state.display().to_string()),
             "GPUSLICE_SIM_CTX_OVERHEAD" => Some(config.ctx_overhead.clone()),
+            "GPUSLICE_SIM_MODULE_OVERHEAD" => Some("0".into()),
             // Inherited by the node's processes, so part of the configuration they all share.
             "GPUSLICE_SIM_ENGINE" => std::env::var("GPUSLICE_SIM_ENGINE").ok(),
             _ => None,

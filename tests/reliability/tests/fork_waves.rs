@@ -131,7 +131,9 @@ fn trial(tag: &str, secs: f64, linger: u64, leader_first: u64) {
         NodeConfig {
             devices: "name=Trial GPU 16G,mem=16Gi,sms=16,cc=9.0".into(),
             ctx_overhead: "300Mi".into(),
-            admission: "context_reserve = \"300Mi\"\nprocesses_per_slice = 1\n".into(),
+            admission:
+                "context_reserve = \"300Mi\"\nmodule_allowance = \"0\"\nprocesses_per_slice = 1\n"
+                    .into(),
         },
     )
     .expect("node");

@@ -1,4 +1,5 @@
-//! The kill soak: with `lease_action = "kill"`, honest interposed tenants of every workload
+//! The kill soak: on a simulator with the H200's context, module and NVML-sampling costs
+//! (issue 32), with `memory_action` and `lease_action` both `"kill"`, honest interposed tenants of every workload
 //! shape the scheduler must charge right — CUDA graphs of 100 × 1 ms kernel nodes, 50 ms kernels,
 //! a deep asynchronous queue (1 ms × 1000 in flight), 50 µs kernels, a bursty high-priority
 //! request loop (1 ms every 20 ms), a saturating 1 ms tenant and a slice of several processes —
@@ -157,10 +158,13 @@ fn honest_shapes_are_never_killed_and_a_bypass_still_is() {
         "{} missing: cargo build -p gpuslice-workloads",
         linked.display()
     );
-    // The `[backstop]` table follows the `[admission]` lines of the node's config file.
+    // The H200's costs (issue 32): 518 MiB contexts, 64 MiB lazy module loads, NVML samples
+    // of 200 ms windows credited to one process; the arbiter measures the contexts and charges
+    // its defaults. The `[backstop]` table follows the (empty) `[admission]` lines.
     let config = NodeConfig {
-        admission: "context_reserve = \"0\"\n[backstop]\nlease_action = \"kill\"\n".into(),
-        ..NodeConfig::default()
+        devices: "name=Soak GPU 16G,mem=16Gi,sms=16,cc=9.0,ctx=518Mi,module=64Mi".into(),
+        ctx_overhead: "518Mi".into(),
+        admission: "[backstop]\nmemory_action = \"kill\"\nlease_action = \"kill\"\n".into(),
     };
     let n = Node::start_with("soak", config).expect("node");
     let sim = n.sim_reader().expect("simulator state");
@@ -184,7 +188,10 @@ fn honest_shapes_are_never_killed_and_a_bypass_still_is() {
             .chain(["--via", "dlsym", "--hold", "256Mi"])
             .chain(work.split_whitespace())
             .collect();
-        let request = format!("\"memory\":\"512Mi\",{request}");
+        // Four processes with a context each (the workload and its three children): a cap
+        // their contexts fit in beside the one the reserve covers.
+        let memory = if id == "multi" { "3Gi" } else { "512Mi" };
+        let request = format!("\"memory\":\"{memory}\",{request}");
         tenants.push(n.spawn_owner(id, &request, Path::new("/bin/sh"), &args));
     }
     let mut owners: Vec<u32> = tenants.iter().map(Tenant::pid).collect();

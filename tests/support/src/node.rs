@@ -194,6 +194,8 @@ impl SimNode {
                 "GPUSLICE_SIM_CTX_OVERHEAD",
                 Some((&self.ctx_overhead).into()),
             ),
+            // Modules load for free unless a device says otherwise (`module=` in the devices).
+            ("GPUSLICE_SIM_MODULE_OVERHEAD", Some("0".into())),
             ("GPUSLICE_STATE_DIR", Some(self.state_dir().into())),
             ("GPUSLICE_CONFIG", Some(self.arbiter.config.clone().into())),
             ("LD_PRELOAD", None),

@@ -52,6 +52,7 @@ impl Node {
                 "name=Test GPU 2G,mem=2Gi,sms=16,cc=9.0;name=Test GPU 1G,mem=1Gi,sms=8,cc=8.0",
             )
             .env("GPUSLICE_SIM_CTX_OVERHEAD", "0")
+            .env("GPUSLICE_SIM_MODULE_OVERHEAD", "0")
             .output()
             .expect("running a workload")
     }

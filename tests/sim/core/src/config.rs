@@ -26,6 +26,12 @@ pub struct DeviceSpec {
     pub pci_bus_id: String,
     /// Minor number of `/dev/nvidia<minor>`.
     pub minor: u32,
+    /// Device memory one context costs on this device (`ctx=`); `None`: the node's
+    /// [`SimConfig::ctx_overhead`].
+    pub ctx_overhead: Option<u64>,
+    /// Device memory a process's context grows by when it first launches a kernel of a module
+    /// not yet loaded in it (`module=`); `None`: the node's [`SimConfig::module_overhead`].
+    pub module_overhead: Option<u64>,
 }
 
 /// Whole-node configuration.
@@ -35,8 +41,11 @@ pub struct SimConfig {
     pub devices: Vec<DeviceSpec>,
     /// The shared state file every process maps.
     pub state_path: PathBuf,
-    /// Bytes a context costs on its device.
+    /// Bytes a context costs on its device (unless the device says otherwise).
     pub ctx_overhead: u64,
+    /// Bytes the lazy load of one module adds to a context at its first launch (unless the
+    /// device says otherwise).
+    pub module_overhead: u64,
     /// Allocation granularity (power of two) the simulated driver rounds to.
     pub alloc_granularity: u64,
     /// `cuDriverGetVersion` value, e.g. 12080.
@@ -72,6 +81,15 @@ impl EngineMode {
     }
 }
 
+/// Default per-context cost: what a bare driver-API context (cuInit, primary context) holds
+/// beyond its allocations on an NVIDIA H200 with driver 580.159.04, as NVML lists it (518 MiB,
+/// lazy and eager module loading alike; `docs/benchmarks.md` § "Context footprint").
+pub const DEFAULT_CTX_OVERHEAD: u64 = 518 * MI;
+/// Default growth of a context when a module is first launched in it (lazy loading): on the
+/// same machine PyTorch's context grew by 120, 90, 8 and 34 MiB as its first matmul, softmax +
+/// layer norm, convolution and sort ran (a mean of 63 MiB per kernel family).
+pub const DEFAULT_MODULE_OVERHEAD: u64 = 64 * MI;
+
 /// Default time slice: 2 ms.
 pub const DEFAULT_TIMESLICE_NS: u64 = 2_000_000;
 
@@ -98,6 +116,8 @@ impl DeviceSpec {
             cc_minor: DEFAULT_CC.1,
             pci_bus_id: derived_pci(index),
             minor: index,
+            ctx_overhead: None,
+            module_overhead: None,
         }
     }
 }
@@ -213,6 +233,15 @@ pub fn parse_devices(value: &str) -> Result<Vec<DeviceSpec>, SimError> {
                 }
                 "uuid" if valid_uuid(v) => spec.uuid = v.to_string(),
                 "pci" if !v.is_empty() && v.len() < 32 => spec.pci_bus_id = v.to_string(),
+                "ctx" | "module" => {
+                    let q = parse_quantity(v)
+                        .ok_or_else(|| bad(VAR, value, &format!("{k} `{v}` is not a quantity")))?;
+                    if k == "ctx" {
+                        spec.ctx_overhead = Some(q);
+                    } else {
+                        spec.module_overhead = Some(q);
+                    }
+                }
                 "minor" => {
                     spec.minor = v
                         .parse()
@@ -248,7 +277,8 @@ impl Default for SimConfig {
         SimConfig {
             devices: vec![DeviceSpec::default_at(0)],
             state_path: default_state_path(),
-            ctx_overhead: 300 * MI,
+            ctx_overhead: DEFAULT_CTX_OVERHEAD,
+            module_overhead: DEFAULT_MODULE_OVERHEAD,
             alloc_granularity: 2 * MI,
             driver_version: 12080,
             nvml_driver_version: "570.124.06".to_string(),
@@ -280,6 +310,10 @@ impl SimConfig {
         if let Some(v) = get("GPUSLICE_SIM_CTX_OVERHEAD") {
             c.ctx_overhead = parse_quantity(&v)
                 .ok_or_else(|| bad("GPUSLICE_SIM_CTX_OVERHEAD", &v, "not a quantity"))?;
+        }
+        if let Some(v) = get("GPUSLICE_SIM_MODULE_OVERHEAD") {
+            c.module_overhead = parse_quantity(&v)
+                .ok_or_else(|| bad("GPUSLICE_SIM_MODULE_OVERHEAD", &v, "not a quantity"))?;
         }
         if let Some(v) = get("GPUSLICE_SIM_ALLOC_GRANULARITY") {
             c.alloc_granularity = parse_quantity(&v)
@@ -382,11 +416,28 @@ impl SimConfig {
         Ok(())
     }
 
+    /// Bytes one context costs on device index `d` (the device's own figure, else the node's).
+    pub fn ctx_overhead_of(&self, d: usize) -> u64 {
+        self.devices
+            .get(d)
+            .and_then(|s| s.ctx_overhead)
+            .unwrap_or(self.ctx_overhead)
+    }
+
+    /// Bytes one module's lazy load adds to a context on device index `d`.
+    pub fn module_overhead_of(&self, d: usize) -> u64 {
+        self.devices
+            .get(d)
+            .and_then(|s| s.module_overhead)
+            .unwrap_or(self.module_overhead)
+    }
+
     /// FNV-1a fingerprint of everything that must agree between processes sharing a state file.
     pub fn fingerprint(&self) -> u64 {
         let mut s = format!(
-            "{}|{}|{}|{}|{}|{}|{}|",
+            "{}|{}|{}|{}|{}|{}|{}|{}|",
             self.ctx_overhead,
+            self.module_overhead,
             self.alloc_granularity,
             self.driver_version,
             self.nvml_driver_version,
@@ -396,7 +447,7 @@ impl SimConfig {
         );
         for d in &self.devices {
             s.push_str(&format!(
-                "{}|{}|{}|{}|{}.{}|{}|{};",
+                "{}|{}|{}|{}|{}.{}|{}|{}|{:?}|{:?};",
                 d.name,
                 d.uuid,
                 d.total_mem,
@@ -404,7 +455,9 @@ impl SimConfig {
                 d.cc_major,
                 d.cc_minor,
                 d.pci_bus_id,
-                d.minor
+                d.minor,
+                d.ctx_overhead,
+                d.module_overhead
             ));
         }
         s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {

@@ -12,7 +12,8 @@ use crate::config::MAX_DEVICES;
 /// `GPUSLSIM` in ASCII.
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
 /// Bumped whenever this layout changes, or the meaning of the lock bytes beyond it (version 5:
-/// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`).
+/// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`; version 6: a
+/// slot's releasing figure [`SD_RELEASING`]).
 pub const VERSION: u64 = 6;
 
 /// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version

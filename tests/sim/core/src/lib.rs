@@ -19,6 +19,6 @@ pub mod shm;
 
 pub use clock::{now_ns, sleep_until};
 pub use config::{DeviceSpec, EngineMode, SimConfig, MAX_DEVICES};
-pub use engine::{KernelTiming, ProcessSample};
+pub use engine::{KernelTiming, ProcessSample, SAMPLE_PERIOD_NS};
 pub use error::SimError;
 pub use node::{Node, ProcessUsage};

@@ -524,8 +524,8 @@ impl Node {
 
     /// Bytes in use on `dev` by all live processes, context overheads included. A process
     /// whose descriptors have closed holds nothing, as with the driver, even while a reaper is
-    /// still releasing its slot. (A reaper descheduled between zeroing the slot's figure and
-    /// subtracting it from the device's can make this read high for that moment, never low.)
+    /// still releasing its slot (a reaper's intermediate states read at or below the truth:
+    /// `release_holdings`).
     pub fn mem_used(&self, dev: u32) -> u64 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
         self.reap_dead();
@@ -611,7 +611,7 @@ impl Node {
     pub fn ctx_attach(&self, dev: u32) -> Result<(), SimError> {
         let d = self.check_dev(dev)?;
         let s = self.my_slot()?;
-        self.mem_alloc(dev, self.cfg.ctx_overhead)?;
+        self.mem_alloc(dev, self.cfg.ctx_overhead_of(d))?;
         self.shm
             .u64(L::sdev(s, d, L::SD_CTX))
             .fetch_add(1, Ordering::AcqRel);
@@ -627,8 +627,23 @@ impl Node {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1))
             .is_ok()
         {
-            self.mem_free(dev, self.cfg.ctx_overhead);
+            self.mem_free(dev, self.cfg.ctx_overhead_of(d));
         }
+    }
+
+    /// A context of this process on `dev` loaded a module lazily (its first launch): charges
+    /// the device's module overhead, outside any allocation, as the driver's lazy loading grows
+    /// a process. Returns the bytes charged, for [`Node::module_unload`].
+    pub fn module_load(&self, dev: u32) -> Result<u64, SimError> {
+        let d = self.check_dev(dev)?;
+        let bytes = self.cfg.module_overhead_of(d);
+        self.mem_alloc(dev, bytes)?;
+        Ok(bytes)
+    }
+
+    /// Returns what [`Node::module_load`] charged (module unloaded, or its context destroyed).
+    pub fn module_unload(&self, dev: u32, bytes: u64) {
+        self.mem_free(dev, bytes);
     }
 
     /// Live processes holding a context or memory on `dev`, with their usage.

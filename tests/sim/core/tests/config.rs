@@ -18,7 +18,12 @@ fn defaults_are_one_h100() {
     assert_eq!(d.name, "NVIDIA H100 80GB HBM3");
     assert_eq!(d.total_mem, 81559 << 20);
     assert_eq!((d.sm_count, d.cc_major, d.cc_minor), (132, 9, 0));
-    assert_eq!(c.ctx_overhead, 300 << 20);
+    assert_eq!(c.ctx_overhead, 518 << 20);
+    assert_eq!(c.module_overhead, 64 << 20);
+    assert_eq!(
+        (c.ctx_overhead_of(0), c.module_overhead_of(0)),
+        (518 << 20, 64 << 20)
+    );
     assert_eq!(c.alloc_granularity, 2 << 20);
     assert_eq!(c.driver_version, 12080);
     assert_eq!(c.nvml_driver_version, "570.124.06");
@@ -49,6 +54,28 @@ fn heterogeneous_node() {
     let fp = c.fingerprint();
     let c2 = parse(&[("GPUSLICE_SIM_DEVICES", "mem=1Gi")]).expect("parses");
     assert_ne!(fp, c2.fingerprint());
+}
+
+#[test]
+fn each_device_class_has_its_own_context_and_module_cost() {
+    let c = parse(&[
+        (
+            "GPUSLICE_SIM_DEVICES",
+            "name=NVIDIA H200,mem=141Gi;name=NVIDIA A100-SXM4-40GB,mem=40Gi,ctx=300Mi,module=8Mi",
+        ),
+        ("GPUSLICE_SIM_CTX_OVERHEAD", "520Mi"),
+    ])
+    .expect("parses");
+    assert_eq!(c.ctx_overhead_of(0), 520 << 20, "the node's figure");
+    assert_eq!(c.module_overhead_of(0), 64 << 20, "the default");
+    assert_eq!(c.ctx_overhead_of(1), 300 << 20, "the device's own");
+    assert_eq!(c.module_overhead_of(1), 8 << 20);
+    let other = parse(&[(
+        "GPUSLICE_SIM_DEVICES",
+        "name=NVIDIA H200,mem=141Gi;name=NVIDIA A100-SXM4-40GB,mem=40Gi,ctx=301Mi,module=8Mi",
+    )])
+    .expect("parses");
+    assert_ne!(c.fingerprint(), other.fingerprint());
 }
 
 #[test]
@@ -98,6 +125,9 @@ fn bad_values_name_variable_and_value() {
         ("GPUSLICE_SIM_DEVICES", ""),
         ("GPUSLICE_SIM_DEVICES", "mem=1Gi;;mem=2Gi"),
         ("GPUSLICE_SIM_CTX_OVERHEAD", "300 MB"),
+        ("GPUSLICE_SIM_MODULE_OVERHEAD", "64 MiB"),
+        ("GPUSLICE_SIM_DEVICES", "mem=1Gi,ctx=lots"),
+        ("GPUSLICE_SIM_DEVICES", "mem=1Gi,module=-1"),
         ("GPUSLICE_SIM_ALLOC_GRANULARITY", "3Mi"),
         ("GPUSLICE_SIM_DRIVER_VERSION", "twelve"),
         ("GPUSLICE_SIM_NVML_DRIVER_VERSION", "v570"),

@@ -187,3 +187,61 @@ fn short_kernels_busy_never_exceeds_elapsed_in_either_mode() {
         }
     }
 }
+
+/// NVML's process samples as the real driver gives them (issue 32's probe on an H200): one
+/// sample per 200 ms window, credited to one process with the device's busy percent; alone, a
+/// saturating process gets every window; two saturating processes split the windows, never
+/// both in one window.
+#[test]
+fn nvml_credits_each_200ms_window_to_one_process() {
+    use gpuslice_sim_core::SAMPLE_PERIOD_NS;
+    for procs in [1usize, 2] {
+        let env = engine_env(&format!("samples{procs}"), "timeslice");
+        let node = open(&env);
+        let start_at = now_ns() + 300 * MS;
+        let extra = [
+            ("KERNEL_NS", MS.to_string()),
+            ("START_AT", start_at.to_string()),
+            ("RUN_NS", (1_250 * MS).to_string()),
+        ];
+        let mut kids: Vec<ChildProc> = (0..procs)
+            .map(|_| ChildProc::spawn(&env, "saturate", &extra))
+            .collect();
+        for k in &mut kids {
+            assert_eq!(k.line(), "ready");
+        }
+        sleep_until(start_at + 1_200 * MS);
+        let samples = node.process_samples(0, start_at + SAMPLE_PERIOD_NS);
+        let pids: Vec<u32> = kids.iter().map(ChildProc::pid).collect();
+        for k in &mut kids {
+            k.line();
+        }
+        for k in kids {
+            assert!(k.finish());
+        }
+        // Windows wholly inside the run (it lasts 1 250 ms): 4 or 5 of them.
+        let inside: Vec<_> = samples
+            .iter()
+            .filter(|s| s.timestamp_ns >= start_at + SAMPLE_PERIOD_NS)
+            .filter(|s| s.timestamp_ns <= start_at + 1_200 * MS)
+            .collect();
+        assert!(inside.len() >= 4, "{procs} process(es): {samples:?}");
+        let mut ends: Vec<u64> = inside.iter().map(|s| s.timestamp_ns).collect();
+        ends.dedup();
+        assert_eq!(
+            ends.len(),
+            inside.len(),
+            "one sample per window: {samples:?}"
+        );
+        for s in &inside {
+            assert_eq!(s.timestamp_ns % SAMPLE_PERIOD_NS, 0, "{samples:?}");
+            assert!(pids.contains(&s.pid), "{samples:?} not of {pids:?}");
+            // The device's busy percent, not the process's share (at most about 50 with two
+            // saturating processes); host wake-ups on a loaded machine leave some idle time.
+            assert!(s.sm_util >= 55, "the device's busy percent: {samples:?}");
+        }
+        if procs == 1 {
+            assert!(inside.iter().all(|s| s.pid == pids[0]));
+        }
+    }
+}

@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use gpuslice_cuda_abi::result::*;
@@ -38,7 +38,16 @@ pub(crate) struct Context {
     /// `CU_CTX_*` flags.
     pub(crate) flags: AtomicU32,
     alive: AtomicBool,
+    /// `CU_LIMIT_STACK_SIZE` now, bytes per thread.
+    stack: AtomicUsize,
+    /// Device memory charged for stack beyond the default (see [`cuCtxSetLimit`]).
+    stack_charged: AtomicU64,
+    /// The largest stack size set so far (what `stack_charged` covers).
+    stack_high: AtomicUsize,
 }
+
+/// The driver's default stack size per thread.
+const DEFAULT_STACK: usize = 1024;
 
 impl Context {
     /// The `CUcontext` handle of this context.
@@ -163,6 +172,9 @@ fn birth(
         primary,
         flags: AtomicU32::new(flags),
         alive: AtomicBool::new(true),
+        stack: AtomicUsize::new(DEFAULT_STACK),
+        stack_charged: AtomicU64::new(0),
+        stack_high: AtomicUsize::new(DEFAULT_STACK),
     });
     let mut r = registry();
     r.by_handle.insert(handle, ctx.clone());
@@ -179,7 +191,9 @@ fn death(ctx: &Arc<Context>) {
     crate::pool::release_context(ctx.id);
     crate::array::release_context(ctx.id);
     crate::memory::release_context(ctx.id);
+    crate::module::release_context(ctx.id);
     if let Ok(node) = device::node() {
+        node.mem_free(ctx.phys, ctx.stack_charged.swap(0, Ordering::AcqRel));
         node.ctx_detach(ctx.phys);
     }
 }
@@ -455,8 +469,12 @@ pub unsafe extern "C" fn cuCtxGetLimit(pvalue: *mut usize, limit: CUlimit) -> CU
     if let Err(e) = current() {
         return e;
     }
+    let ctx = match current() {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     let v = match limit {
-        CU_LIMIT_STACK_SIZE => 1024,
+        CU_LIMIT_STACK_SIZE => ctx.stack.load(Ordering::Acquire),
         CU_LIMIT_PRINTF_FIFO_SIZE => 1 << 20,
         CU_LIMIT_MALLOC_HEAP_SIZE => 8 << 20,
         CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH => 2,
@@ -469,16 +487,47 @@ pub unsafe extern "C" fn cuCtxGetLimit(pvalue: *mut usize, limit: CUlimit) -> CU
     unsafe { put(pvalue, v) }
 }
 
-/// `cuCtxSetLimit` (accepted, not modelled).
+/// `cuCtxSetLimit`. A larger `CU_LIMIT_STACK_SIZE` makes the context reserve local memory for
+/// every thread the device can hold resident (SMs × 2 048), outside any allocation, as the real
+/// driver does (an H200's process grew by 16.6 GiB for 64 KiB of stack); it fails with
+/// `CUDA_ERROR_OUT_OF_MEMORY` when the device cannot hold it. A lower limit keeps what was
+/// reserved. Other limits are accepted, not modelled.
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, _value: usize) -> CUresult {
-    if let Err(e) = current() {
-        return e;
-    }
+pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
+    let ctx = match current() {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
     if limit >= CU_LIMIT_SHMEM_SIZE {
         return CUDA_ERROR_UNSUPPORTED_LIMIT;
     }
+    if limit == CU_LIMIT_STACK_SIZE {
+        if let Err(e) = grow_stack(&ctx, value) {
+            return e;
+        }
+        ctx.stack.store(value, Ordering::Release);
+    }
     CUDA_SUCCESS
+}
+
+/// Charges the local memory a stack of `value` bytes per thread takes beyond what `ctx` holds.
+fn grow_stack(ctx: &Context, value: usize) -> Result<(), CUresult> {
+    let high = ctx.stack_high.load(Ordering::Acquire);
+    if value <= high {
+        return Ok(());
+    }
+    let node = device::node()?;
+    let resident = u64::from(
+        node.device(ctx.phys)
+            .map_err(|e| device::sim_err(&e))?
+            .sm_count,
+    ) * 2048;
+    let bytes = ((value - high) as u64).saturating_mul(resident);
+    node.mem_alloc(ctx.phys, bytes)
+        .map_err(|e| device::sim_err(&e))?;
+    ctx.stack_charged.fetch_add(bytes, Ordering::AcqRel);
+    ctx.stack_high.store(value, Ordering::Release);
+    Ok(())
 }
 
 fn primary_handle(dev: CUdevice) -> usize {

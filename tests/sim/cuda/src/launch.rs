@@ -161,6 +161,7 @@ fn launch(
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
     validate(&func, &dims)?;
+    module::load_on_first_launch(&func, &ctx)?;
     if opts.cooperative {
         validate_cooperative(ctx.device, &dims)?;
     }

@@ -7,6 +7,14 @@
 //! like a real empty kernel). Other names are `CUDA_ERROR_NOT_FOUND`, and modules have no
 //! globals (`cuModuleGetGlobal` is `CUDA_ERROR_NOT_FOUND`). `CUkernel` handles of libraries may
 //! also be launched directly (in the current context), as CUDA 12 allows.
+//!
+//! **Lazy loading.** Since CUDA 12.2 the driver loads a module's code into a context when one of
+//! its kernels is first used, not at `cuModuleLoad*`: the process grows on the device after its
+//! context exists, outside any allocation call (measured on an H200: `docs/benchmarks.md`). The
+//! first launch of a module's (or library's) kernel in a context charges the device's module
+//! overhead (`GPUSLICE_SIM_MODULE_OVERHEAD`, per device `module=`) to the process
+//! ([`load_on_first_launch`]); unloading the module or destroying the context returns it. A
+//! lazy load that does not fit the device fails the launch with `CUDA_ERROR_OUT_OF_MEMORY`.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -115,6 +123,8 @@ struct Module {
 struct Registry {
     modules: HashMap<usize, Module>,
     functions: HashMap<usize, Arc<Function>>,
+    /// Lazy loads done: (module or library handle, context id) → (device index, bytes charged).
+    loaded: HashMap<(usize, u64), (u32, u64)>,
 }
 
 static REG: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
@@ -230,6 +240,8 @@ fn unload(h: usize, library: bool) -> Result<(), CUresult> {
         _ => return Err(CUDA_ERROR_INVALID_HANDLE),
     }
     let m = r.modules.remove(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+    let gone: Vec<(u32, u64)> = take_loads(&mut r, |(owner, _)| owner == h);
+    release_loads(&gone);
     for f in m.functions.values() {
         if let Some(func) = r.functions.remove(f) {
             let per_ctx: Vec<usize> = lock(&func.per_ctx).values().copied().collect();
@@ -239,6 +251,50 @@ fn unload(h: usize, library: bool) -> Result<(), CUresult> {
         }
     }
     Ok(())
+}
+
+/// Charges the lazy load of `func`'s module into `ctx` on its first launch there (see the module
+/// docs); later launches cost nothing.
+pub(crate) fn load_on_first_launch(
+    func: &Function,
+    ctx: &context::Context,
+) -> Result<(), CUresult> {
+    let key = (func.owner, ctx.id);
+    if reg().loaded.contains_key(&key) {
+        return Ok(());
+    }
+    let node = crate::device::node()?;
+    let bytes = node
+        .module_load(ctx.phys)
+        .map_err(|e| crate::device::sim_err(&e))?;
+    let mut r = reg();
+    // Another thread loaded it meanwhile, or the module went away: keep one charge only.
+    if r.loaded.contains_key(&key) || !r.modules.contains_key(&func.owner) {
+        drop(r);
+        node.module_unload(ctx.phys, bytes);
+        return Ok(());
+    }
+    r.loaded.insert(key, (ctx.phys, bytes));
+    Ok(())
+}
+
+/// A context died: the modules loaded into it leave the device with it.
+pub(crate) fn release_context(ctx_id: u64) {
+    let gone = take_loads(&mut reg(), |(_, c)| c == ctx_id);
+    release_loads(&gone);
+}
+
+fn take_loads(r: &mut Registry, pick: impl Fn((usize, u64)) -> bool) -> Vec<(u32, u64)> {
+    let keys: Vec<(usize, u64)> = r.loaded.keys().copied().filter(|&k| pick(k)).collect();
+    keys.iter().filter_map(|k| r.loaded.remove(k)).collect()
+}
+
+fn release_loads(loads: &[(u32, u64)]) {
+    if let Ok(node) = crate::device::node() {
+        for &(phys, bytes) in loads {
+            node.module_unload(phys, bytes);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -210,3 +210,131 @@ fn primary_context_retain_release_reset() {
         );
     }
 }
+
+type FnLoad = unsafe extern "C" fn(*mut *mut u8, *const u8) -> u32;
+type FnGetFn = unsafe extern "C" fn(*mut *mut u8, *mut u8, *const std::ffi::c_char) -> u32;
+type FnUnload = unsafe extern "C" fn(*mut u8) -> u32;
+type U = c_uint;
+type Args = *mut *mut std::ffi::c_void;
+/// `cuLaunchKernel`: function, grid, block, shared bytes, stream, parameters, extra.
+type FnLaunch = unsafe extern "C" fn(*mut u8, U, U, U, U, U, U, U, *mut u8, Args, Args) -> u32;
+
+/// Lazy module loading as the real driver does it (issue 32): the context grows when a module's
+/// kernel is first launched, outside any allocation; later launches cost nothing; unloading the
+/// module (or destroying the context) gives it back; a load that does not fit fails the launch.
+#[test]
+fn first_launch_of_a_module_grows_the_context() {
+    if in_child(
+        "first_launch_of_a_module_grows_the_context",
+        &[
+            ("GPUSLICE_SIM_DEVICES", DEV),
+            ("GPUSLICE_SIM_CTX_OVERHEAD", "100Mi"),
+            ("GPUSLICE_SIM_MODULE_OVERHEAD", "40Mi"),
+        ],
+    ) {
+        return;
+    }
+    let lib = Lib::open();
+    let a = api(&lib);
+    // SAFETY: symbols with their C signatures; out-pointers are live locals; the image is a
+    // non-null byte string (the simulator does not parse images).
+    unsafe {
+        let load: FnLoad = lib.sym("cuModuleLoadData");
+        let get_fn: FnGetFn = lib.sym("cuModuleGetFunction");
+        let unload: FnUnload = lib.sym("cuModuleUnload");
+        let launch: FnLaunch = lib.sym("cuLaunchKernel");
+        assert_eq!((a.init)(0), SUCCESS);
+        let mut c: Ctx = std::ptr::null_mut();
+        assert_eq!((a.create)(&mut c, 0, 0), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 100 * MI);
+        let run = |m: *mut u8| {
+            let mut f: *mut u8 = std::ptr::null_mut();
+            assert_eq!(get_fn(&mut f, m, c"noop".as_ptr()), SUCCESS);
+            let null = std::ptr::null_mut();
+            let r = launch(f, 1, 1, 1, 1, 1, 1, 0, null, null.cast(), null.cast());
+            (r, (a.sync)())
+        };
+        let mut m1: *mut u8 = std::ptr::null_mut();
+        assert_eq!(load(&mut m1, c"image".as_ptr().cast()), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 100 * MI, "loading is lazy");
+        assert_eq!(run(m1), (SUCCESS, SUCCESS));
+        assert_eq!(free(&a), 1024 * MI - 140 * MI, "the first launch loads it");
+        assert_eq!(run(m1), (SUCCESS, SUCCESS));
+        assert_eq!(free(&a), 1024 * MI - 140 * MI, "once");
+        let mut m2: *mut u8 = std::ptr::null_mut();
+        assert_eq!(load(&mut m2, c"image".as_ptr().cast()), SUCCESS);
+        assert_eq!(run(m2), (SUCCESS, SUCCESS));
+        assert_eq!(free(&a), 1024 * MI - 180 * MI, "each module once");
+        assert_eq!(unload(m1), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 140 * MI, "unloading gives it back");
+        // Fill the device but 20 MiB: a new module's lazy load no longer fits.
+        let mut p = 0u64;
+        let rest = free(&a) - 20 * MI;
+        assert_eq!((a.alloc)(&mut p, rest as usize), SUCCESS);
+        let mut m3: *mut u8 = std::ptr::null_mut();
+        assert_eq!(load(&mut m3, c"image".as_ptr().cast()), SUCCESS);
+        assert_eq!(run(m3).0, OUT_OF_MEMORY);
+        assert_eq!(free(&a), 20 * MI, "a failed load holds nothing");
+        assert_eq!((a.destroy)(c), SUCCESS);
+        let mut c2: Ctx = std::ptr::null_mut();
+        assert_eq!((a.create)(&mut c2, 0, 0), SUCCESS);
+        assert_eq!(
+            free(&a),
+            1024 * MI - 100 * MI,
+            "a destroyed context's modules are gone"
+        );
+    }
+}
+
+type FnSetLimit = unsafe extern "C" fn(u32, usize) -> u32;
+type FnGetLimit = unsafe extern "C" fn(*mut usize, u32) -> u32;
+
+/// A larger stack limit reserves local memory for every resident thread at once, as the real
+/// driver does (issue 32's probe: 64 KiB of stack grew an H200 process by 16.6 GiB): here
+/// 8 SMs × 2 048 threads × the growth; a lower limit keeps it, destroying the context returns it.
+#[test]
+fn a_larger_stack_grows_the_context() {
+    if in_child(
+        "a_larger_stack_grows_the_context",
+        &[
+            ("GPUSLICE_SIM_DEVICES", DEV),
+            ("GPUSLICE_SIM_CTX_OVERHEAD", "0"),
+            ("GPUSLICE_SIM_MODULE_OVERHEAD", "0"),
+        ],
+    ) {
+        return;
+    }
+    let lib = Lib::open();
+    let a = api(&lib);
+    // SAFETY: symbols with their C signatures; out-pointers are live locals.
+    unsafe {
+        let set: FnSetLimit = lib.sym("cuCtxSetLimit");
+        let get: FnGetLimit = lib.sym("cuCtxGetLimit");
+        assert_eq!((a.init)(0), SUCCESS);
+        let mut c: Ctx = std::ptr::null_mut();
+        assert_eq!((a.create)(&mut c, 0, 0), SUCCESS);
+        let mut v = 0usize;
+        assert_eq!(get(&mut v, 0), SUCCESS);
+        assert_eq!(v, 1024, "the driver's default stack");
+        assert_eq!(set(0, 2048), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI - 16 * MI, "1 KiB more × 16 384 threads");
+        assert_eq!(get(&mut v, 0), SUCCESS);
+        assert_eq!(v, 2048);
+        assert_eq!(set(0, 1024), SUCCESS);
+        assert_eq!(set(0, 2048), SUCCESS);
+        assert_eq!(
+            free(&a),
+            1024 * MI - 16 * MI,
+            "lower then back: nothing more"
+        );
+        assert_eq!(
+            set(0, 1 << 20),
+            OUT_OF_MEMORY,
+            "16 GiB of stack on a 1 GiB device"
+        );
+        assert_eq!(free(&a), 1024 * MI - 16 * MI);
+        assert_eq!((a.destroy)(c), SUCCESS);
+        assert_eq!((a.create)(&mut c, 0, 0), SUCCESS);
+        assert_eq!(free(&a), 1024 * MI, "the stack went with its context");
+    }
+}

@@ -405,7 +405,7 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
         let (real, mono) = (realtime_ns(), now_ns());
         let since = (last_seen_us.saturating_mul(1000)).saturating_sub(real.saturating_sub(mono));
         let since = if last_seen_us == 0 { 0 } else { since };
-        let list = n.process_utilization(i, since);
+        let list = n.process_samples(i, since);
         // SAFETY: non-null; nvml.h contract.
         let cap = unsafe { count.read() } as usize;
         // SAFETY: as above.

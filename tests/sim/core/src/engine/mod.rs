@@ -22,7 +22,10 @@ use crate::procs::self_identity;
 
 mod kernel;
 mod plan;
+mod samples;
 mod timeslice;
+
+pub use samples::SAMPLE_PERIOD_NS;
 
 /// When a simulated kernel ran on the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
