@@ -16,6 +16,9 @@
 //!   an event and a launch waits for the event `max_queue` launches back, so a revoke leaves at
 //!   most that many kernels to run. That wait comes *before* the lease check, so a revoke that
 //!   lands while a thread waits for its queue stops the launch.
+//! * Stream capture: a launch into a capturing stream passes untouched (it does not run; the
+//!   graph's replays are gated), and every event wait of the gate is made in the `RELAXED`
+//!   capture mode, never on a capturing stream or a whole context (`crate::capture`).
 //! * Idle holder: while the slice holds a shared device, the gate thread waits for the newest
 //!   queue-bound event; once everything the process queued has completed, no thread is inside
 //!   a launch and none began for a linger (`crate::linger`: 200 µs, 20 µs for a process whose
@@ -174,11 +177,14 @@ fn entry_of(g: &crate::state::MemoryGate) -> Option<usize> {
     crate::driver::current_device().and_then(|d| g.entry(d))
 }
 
-/// Called before the real launch; `Err` is returned to the caller instead of launching. `Ok(true)`:
-/// the launch is counted in the quiet check (a bounded launch), and [`after_launch`] must be
-/// given `true`.
+/// Called before the real launch on `stream` (of a `_ptsz` entry point when `per_thread`);
+/// `Err` is returned to the caller instead of launching. `Ok(true)`: the launch is counted in
+/// the quiet check and bounded (a queue-bound event follows it), and [`after_launch`] must be
+/// given `true`. A launch into a capturing stream is never gated, bounded, paced or tracked:
+/// it does not run (`crate::capture`); that costs one driver call, made only when the gate
+/// would do more than load the lease word.
 #[inline(always)]
-pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
+pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<bool, CUresult> {
     let Some(g) = memory_gate() else {
         return Ok(false);
     };
@@ -193,6 +199,9 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     // lease, uncharged, after this slice's drain was reported). A thread waiting there is
     // about to launch: it counts as launching, so its process is not reported quiet.
     let mq = g.slice.lease.max_queue(e);
+    if (mq > 0 || !may_launch(word.load())) && crate::capture::capturing(stream, per_thread) {
+        return Ok(false);
+    }
     let counted = mq > 0;
     if counted {
         let ent = &ENTRIES[e];
@@ -342,10 +351,8 @@ fn may_launch(w: u32) -> bool {
 pub(crate) fn after_launch(stream: CUstream, counted: bool) {
     let Some(g) = memory_gate() else { return };
     let Some(e) = entry_of(g) else { return };
-    if g.slice.lease.max_queue(e) > 0 {
-        record_bound_event(e, stream);
-    }
     if counted {
+        record_bound_event(e, stream);
         ENTRIES[e].launching.fetch_sub(1, SeqCst);
     }
     if PASSED.get() != 0 {
@@ -616,6 +623,8 @@ fn gate_thread(e: usize) {
     // the default 50 µs timer slack later: each is device time idling or a kernel held back.
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    // Its waits must never invalidate (or fail because of) an application's stream capture.
+    crate::capture::relax_this_thread();
     let Some(g) = memory_gate() else { return };
     let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
         return;
@@ -785,19 +794,24 @@ fn second_newest_event(e: usize) -> Option<usize> {
     q.len().checked_sub(2).and_then(|i| q.get(i).map(|x| x.ev))
 }
 
-/// Waits for the work queued on `stream` (in context `ctx`) so far.
+/// Waits for the work queued on `stream` (in context `ctx`) so far. The default streams (legacy,
+/// or another thread's per-thread stream) are waited for through the legacy stream, which
+/// waits for every blocking stream of the context (a context synchronisation is refused, and
+/// invalidates the capture, while a stream of the context captures). A capturing stream is
+/// not waited for: its launches since the capture began do not run, and recording on it would
+/// add a node to the application's graph.
 fn drain(stream: usize, ctx: usize) {
     if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent) {
         // SAFETY: `ctx` is a context handle the driver returned to a launching thread; a
         // destroyed context makes the call fail, which is ignored.
         unsafe { set(ctx as CUcontext) };
     }
-    if stream == 0 || stream == CU_STREAM_LEGACY_HANDLE || stream == 2 {
-        // Default streams (legacy or another thread's per-thread stream): the whole context.
-        if let Some(f) = crate::real!(cuda_sym cuCtxSynchronize) {
-            // SAFETY: no arguments; synchronises the current context.
-            unsafe { f() };
-        }
+    let stream = if stream == 0 || stream == CU_STREAM_LEGACY_HANDLE || stream == 2 {
+        CU_STREAM_LEGACY_HANDLE
+    } else {
+        stream
+    };
+    if crate::capture::capturing(stream as CUstream, false) {
         return;
     }
     let (Some(create), Some(record), Some(sync), Some(destroy)) = (
@@ -835,8 +849,9 @@ fn bound_queue(e: usize, max: usize) {
         };
         let Some(x) = oldest else { return };
         if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize) {
-            // SAFETY: `x.ev` is a live event this process created and recorded.
-            unsafe { sync(x.ev as CUevent) };
+            // SAFETY: `x.ev` is a live event this process created and recorded (never on a
+            // capturing stream).
+            crate::capture::relaxed(|| unsafe { sync(x.ev as CUevent) });
         }
         started_by(e, Instant::now());
         completed(e, x.ev, x.grant);
@@ -859,6 +874,18 @@ fn pace(e: usize, ahead: Duration) {
     ) else {
         return;
     };
+    // Its event queries and waits must not disturb a capture of this or another thread.
+    crate::capture::relaxed(|| pace_rounds(e, ahead, len, sync, query));
+}
+
+/// [`pace`]'s rounds, given the launch length and the driver's event calls.
+fn pace_rounds(
+    e: usize,
+    ahead: Duration,
+    len: Duration,
+    sync: gpuslice_cuda_abi::pfn::cuEventSynchronize,
+    query: gpuslice_cuda_abi::pfn::cuEventQuery,
+) {
     let ent = &ENTRIES[e];
     // Each round retires a launch or sleeps towards the front's expected end; bounded so a
     // clock or length that never converges cannot hold the launch for long.
