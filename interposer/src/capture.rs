@@ -58,7 +58,8 @@ pub(crate) fn relaxed<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// The gate thread: `RELAXED` for the life of the thread (it only ever waits on the gate's own
-/// events and streams the application launched on).
-pub(crate) fn relax_this_thread() {
-    exchange(CU_STREAM_CAPTURE_MODE_RELAXED);
+/// events and streams the application launched on). Made once a context is current (and again
+/// with each context it switches to); false if the driver refused.
+pub(crate) fn relax_this_thread() -> bool {
+    exchange(CU_STREAM_CAPTURE_MODE_RELAXED).is_some()
 }

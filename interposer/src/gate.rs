@@ -530,6 +530,15 @@ fn futex_wake(addr: *const u32) {
     unsafe { futex::wake_shared(addr) };
 }
 
+/// Makes `ctx` (a context handle the driver returned to a launching thread) current on this
+/// thread; a destroyed context makes the call fail, which is ignored.
+fn set_ctx(ctx: usize) {
+    if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent) {
+        // SAFETY: a context handle or null; the driver checks it.
+        unsafe { set(ctx as CUcontext) };
+    }
+}
+
 fn current_ctx() -> usize {
     let Some(f) = crate::real!(cuda_sym cuCtxGetCurrent) else {
         return 0;
@@ -609,22 +618,32 @@ fn ensure_thread(e: usize) {
             libc::atexit(at_exit);
         }
     }
+    // The gate thread works in the launching thread's context from its start: the driver's
+    // per-thread capture mode is set once a context is current.
+    let ctx = current_ctx();
     let r = std::thread::Builder::new()
         .name(format!("gpuslice-gate{e}"))
-        .spawn(move || gate_thread(e));
+        .spawn(move || gate_thread(e, ctx));
     if let Err(err) = r {
         crate::log!(Level::Error, "cannot start the launch-gate thread: {err}");
     }
 }
 
-/// Drains the process's work after each revoke of entry `e`'s lease.
-fn gate_thread(e: usize) {
+/// Drains the process's work after each revoke of entry `e`'s lease (`ctx`: the context of
+/// the thread that started it).
+fn gate_thread(e: usize, ctx: usize) {
     // This thread's sleeps (the linger, its 50 µs re-checks) end within a µs of their time, not
     // the default 50 µs timer slack later: each is device time idling or a kernel held back.
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     // Its waits must never invalidate (or fail because of) an application's stream capture.
-    crate::capture::relax_this_thread();
+    set_ctx(ctx);
+    if !crate::capture::relax_this_thread() {
+        crate::log!(
+            Level::Warn,
+            "the launch gate's thread could not enter the relaxed stream-capture mode"
+        );
+    }
     let Some(g) = memory_gate() else { return };
     let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
         return;
@@ -801,11 +820,8 @@ fn second_newest_event(e: usize) -> Option<usize> {
 /// not waited for: its launches since the capture began do not run, and recording on it would
 /// add a node to the application's graph.
 fn drain(stream: usize, ctx: usize) {
-    if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent) {
-        // SAFETY: `ctx` is a context handle the driver returned to a launching thread; a
-        // destroyed context makes the call fail, which is ignored.
-        unsafe { set(ctx as CUcontext) };
-    }
+    set_ctx(ctx);
+    crate::capture::relax_this_thread();
     let stream = if stream == 0 || stream == CU_STREAM_LEGACY_HANDLE || stream == 2 {
         CU_STREAM_LEGACY_HANDLE
     } else {
