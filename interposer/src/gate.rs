@@ -57,6 +57,10 @@ const UNKNOWN_BOUND: usize = 1;
 const PACE_ROUNDS: usize = 96;
 /// Intervals the launch length is the median of.
 const TIMING_RING: usize = 9;
+/// Once the ring is full, one completed launch in this many has its interval measured
+/// (`cuEventElapsedTime`, a driver call on the launching thread): the median still follows a
+/// change of launch length within 36 launches.
+const TIMING_EVERY: u32 = 4;
 /// Longest typical launch for which a revoked process says `near` (early hand-off) while its
 /// last launch still runs; longer launches hand on when drained.
 const NEAR_MAX_LAUNCH_NS: u64 = 2_000_000;
@@ -125,6 +129,9 @@ struct Timing {
     next: usize,
     /// The last completed queue-bound event and its grant (kept for the next interval).
     last: Option<(usize, u32)>,
+    /// Completions since the last measured interval (once the ring is full, one in
+    /// [`TIMING_EVERY`] is measured: each measure is a driver call on the launch path).
+    unmeasured: u32,
 }
 
 /// A launch of this process whose queue-bound event may not have completed yet.
@@ -157,6 +164,7 @@ const ENTRY: Entry = Entry {
         len: 0,
         next: 0,
         last: None,
+        unmeasured: 0,
     }),
     linger: Linger::new(),
     pass_wait: AtomicU64::new(0),
@@ -178,21 +186,22 @@ fn entry_of(g: &crate::state::MemoryGate) -> Option<usize> {
 }
 
 /// Called before the real launch on `stream` (of a `_ptsz` entry point when `per_thread`);
-/// `Err` is returned to the caller instead of launching. `Ok(true)`: the launch is counted in
-/// the quiet check and bounded (a queue-bound event follows it), and [`after_launch`] must be
-/// given `true`. A launch into a capturing stream is never gated, bounded, paced or tracked:
+/// `Err` is returned to the caller instead of launching. `Ok(Some(e))`: the launch is counted
+/// in the quiet check of entry `e` and bounded (a queue-bound event follows it); whatever it
+/// returns goes to [`after_launch`], which then need not look the entry up again (a driver
+/// call on a slice of several devices). A launch into a capturing stream is never gated, bounded, paced or tracked:
 /// it does not run (`crate::capture`); that costs one driver call, made only when the gate
 /// would do more than load the lease word.
 #[inline(always)]
-pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<bool, CUresult> {
+pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option<usize>, CUresult> {
     let Some(g) = memory_gate() else {
-        return Ok(false);
+        return Ok(None);
     };
     let Some(e) = entry_of(g) else {
-        return Ok(false);
+        return Ok(None);
     };
     let Some(word) = g.slice.lease.word(e) else {
-        return Ok(false);
+        return Ok(None);
     };
     // The queue bound may block for a kernel; it comes before the lease check so that a
     // revoke during that wait is seen (otherwise the launch would slip into the next holder's
@@ -200,7 +209,7 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<bool, 
     // about to launch: it counts as launching, so its process is not reported quiet.
     let mq = g.slice.lease.max_queue(e);
     if (mq > 0 || !may_launch(word.load())) && crate::capture::capturing(stream, per_thread) {
-        return Ok(false);
+        return Ok(None);
     }
     let counted = mq > 0;
     if counted {
@@ -235,12 +244,12 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<bool, 
             // the real-time arbiter, which may take this thread's CPU, and on a busy host
             // the thread may then wait for a CFS slice before it launches.
             PASSED.set(pass);
-            return Ok(counted);
+            return Ok(counted.then_some(e));
         }
         w = wait_for_lease(g, e, counted);
     }
     if w & LEASE_UNGATED != 0 {
-        return Ok(counted);
+        return Ok(counted.then_some(e));
     }
     let s = stream as usize;
     if LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
@@ -249,7 +258,7 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<bool, 
     if counted {
         mark_busy(g, e, g.slice.lease.grant(e));
     }
-    Ok(counted)
+    Ok(counted.then_some(e))
 }
 
 /// Takes the slice's one-launch pass of entry `e` (`LeaseSlot::pass`), if the arbiter armed
@@ -348,15 +357,23 @@ fn may_launch(w: u32) -> bool {
 
 /// Called after the real launch returned, with what [`before_launch`] returned.
 #[inline(always)]
-pub(crate) fn after_launch(stream: CUstream, counted: bool) {
-    let Some(g) = memory_gate() else { return };
-    let Some(e) = entry_of(g) else { return };
-    if counted {
+pub(crate) fn after_launch(stream: CUstream, counted: Option<usize>) {
+    if let Some(e) = counted {
         record_bound_event(e, stream);
         ENTRIES[e].launching.fetch_sub(1, SeqCst);
     }
     if PASSED.get() != 0 {
-        announce_pass(g, e, PASSED.replace(0));
+        after_pass(counted);
+    }
+}
+
+/// The launch went on a pass: announce it (entry `counted`, else the thread's device's).
+#[cold]
+fn after_pass(counted: Option<usize>) {
+    let pass = PASSED.replace(0);
+    let Some(g) = memory_gate() else { return };
+    if let Some(e) = counted.or_else(|| entry_of(g)) {
+        announce_pass(g, e, pass);
     }
 }
 
@@ -1014,7 +1031,13 @@ fn completed(e: usize, ev: usize, grant: u32) {
     let prev = match ent.timing.lock() {
         Ok(mut t) => {
             let prev = t.last.replace((ev, grant));
-            if let Some(ns) = prev.and_then(|(p, _)| elapsed_ns(p, ev)) {
+            t.unmeasured += 1;
+            let measure = t.len < TIMING_RING || t.unmeasured >= TIMING_EVERY;
+            if let Some(ns) = prev
+                .filter(|_| measure)
+                .and_then(|(p, _)| elapsed_ns(p, ev))
+            {
+                t.unmeasured = 0;
                 let i = t.next;
                 t.ring[i] = ns;
                 t.next = (i + 1) % TIMING_RING;
