@@ -32,7 +32,7 @@ use gpuslice_cuda_abi::exec::{CU_EVENT_DISABLE_TIMING, CU_STREAM_LEGACY_HANDLE};
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
 use gpuslice_region::futex;
-use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, MAX_DEVICES};
+use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, LIMITS_FLAG_LEASED, MAX_DEVICES};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
@@ -197,6 +197,12 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option
     let Some(g) = memory_gate() else {
         return Ok(None);
     };
+    // A slice the arbiter does not schedule (standalone) has every lease word `UNGATED` for
+    // good (`limits` is read-only to the tenant): no entry to look up, which would cost a
+    // driver call on a slice of several devices.
+    if g.slice.limits.flags() & LIMITS_FLAG_LEASED == 0 {
+        return Ok(None);
+    }
     let Some(e) = entry_of(g) else {
         return Ok(None);
     };
