@@ -164,6 +164,9 @@ pub mod pfn {
         cuLaunchHostFunc(CUstream, CUhostFn, *mut c_void) -> CUresult;
         cuLaunchHostFunc_ptsz(CUstream, CUhostFn, *mut c_void) -> CUresult;
         cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, *mut c_void) -> CUresult;
+        cuStreamIsCapturing(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
+        cuStreamIsCapturing_ptsz(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
+        cuThreadExchangeStreamCaptureMode(*mut CUstreamCaptureMode) -> CUresult;
         nvmlDeviceGetIndex(nvmlDevice_t, *mut c_uint) -> nvmlReturn_t;
         nvmlDeviceGetUUID(nvmlDevice_t, *mut c_char, c_uint) -> nvmlReturn_t;
     }

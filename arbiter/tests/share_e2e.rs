@@ -184,3 +184,64 @@ fn high_priority_requests_launch_on_their_passes() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(words.demand.load(Relaxed), 0, "demand left claimed");
 }
+
+/// A graph captured as PyTorch captures one (side stream forked and joined through events,
+/// kernels on both, a memset, an allocation in the graph's pool), in each capture mode, inside
+/// a 30 % slice while a 70 % neighbour saturates the device: every capture succeeds (the
+/// gate's own calls neither invalidate it nor hand it an error), and the replays then hold the
+/// 30/70 split over 10 s: within 5 points here (measured 28.3–28.9 % on a quiet host, 24–27 %
+/// while other builds loaded the 2 cores eightfold; the issue's ±2 is the real GPU's check).
+/// On the real H200 the gate broke such captures (`docs/scheduling.md`, "Stream capture").
+#[test]
+fn graphs_captured_beside_a_saturating_neighbour_replay_at_30_70() {
+    let n = Node::start("capture");
+    let a = n.admit("a", "\"compute\":30,\"memory\":\"1Gi\"");
+    let b = n.admit("b", "\"compute\":70,\"memory\":\"1Gi\"");
+    let tb = n.tenant(
+        &b,
+        &[
+            "saturate",
+            "--kernel-us",
+            "1000",
+            "--seconds",
+            "11",
+            "--depth",
+            "8",
+        ],
+    );
+    // The neighbour holds the device when the capture begins: the device is shared.
+    std::thread::sleep(Duration::from_millis(300));
+    let ta = n.tenant(
+        &a,
+        &[
+            "capture",
+            "--mode",
+            "all",
+            "--kernel-us",
+            "500",
+            "--kernels",
+            "8",
+            "--seconds",
+            "10",
+        ],
+    );
+    let o = ta.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "capture tenant failed: {text} {err}");
+    assert!(
+        text.contains("captured=global,thread_local,relaxed"),
+        "{text}"
+    );
+    let share = text
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("share="))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no share= in {text}"));
+    let kb = kernels(tb);
+    eprintln!("30 % slice's replays: {share:.4} of the device; neighbour: {kb} kernels of 1 ms");
+    assert!(
+        (share - 0.30).abs() <= 0.05,
+        "the 30 % slice's replays got {share:.3} of the device over 10 s, wanted 0.30 ± 0.05"
+    );
+}

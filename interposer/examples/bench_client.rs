@@ -8,6 +8,13 @@
 //! sample is the mean of a batch of `BATCH` consecutive calls (the clock's own cost and
 //! resolution would otherwise hide a few nanoseconds).
 //! Every entry point is reached through `dlsym` on `libcuda.so.1` (under the preload: our wrapper).
+//!
+//! On the counting stub (`stub_cuda`, which exports `gpuslice_stub_calls`) it also prints the
+//! driver calls made per launch, `CALLS thread <name>=<per launch> …` (the launching thread:
+//! what each launch waits for) and `CALLS process …` (every thread, the gate thread's
+//! background waits included). `bench_client make-slice DIR alone|shared` (run without the
+//! preload) writes a slice directory whose lease is held, with no queue bound (alone on its
+//! device) or the arbiter's bound of 8 (a shared device), for `GPUSLICE_SLICE_DIR`.
 
 #![allow(clippy::missing_transmute_annotations)]
 
@@ -30,11 +37,84 @@ fn print(name: &str, v: &[u64]) {
     println!("OP {name} {}", s.join(" "));
 }
 
+/// `make-slice DIR alone|shared`: a slice holding its device's lease, as the arbiter leaves one
+/// alone on its device (no queue bound) or beside another (`max_queue` 8).
+fn make_slice(dir: &str, state: &str) {
+    use gpuslice_region::layout::{LEASE_GENERATION_ONE, LEASE_HELD, LIMITS_FLAG_LEASED};
+    use std::sync::atomic::Ordering::SeqCst;
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir).expect("slice directory");
+    let spec = gpuslice_region::SliceSpec {
+        devices: vec![gpuslice_region::DeviceSpec::default()],
+        flags: LIMITS_FLAG_LEASED,
+    };
+    gpuslice_region::create_slice(dir, &spec, true).expect("create_slice");
+    let w = gpuslice_region::LeaseWriter::open(dir).expect("lease");
+    let mq = match state {
+        "alone" => 0,
+        "shared" => 8,
+        _ => panic!("make-slice DIR alone|shared, not {state:?}"),
+    };
+    w.max_queue(0).expect("slot").store(mq, SeqCst);
+    w.grant(0).expect("slot").store(1, SeqCst);
+    w.word(0)
+        .expect("slot")
+        .store(LEASE_GENERATION_ONE | LEASE_HELD, SeqCst);
+}
+
+type Counts = unsafe extern "C" fn(i32, *mut u64, usize) -> usize;
+type CountName = extern "C" fn(usize) -> *const std::ffi::c_char;
+
+/// The stub's counters of this thread (`thread`) or the process.
+fn counts(f: Counts, thread: bool) -> Vec<u64> {
+    let mut v = vec![0u64; 64];
+    // SAFETY: 64 writable counters.
+    let n = unsafe { f(i32::from(thread), v.as_mut_ptr(), v.len()) };
+    v.truncate(n);
+    v
+}
+
+/// Prints the driver calls per launch, measured around `launches` calls of `launch`.
+fn print_calls(h: *mut c_void, launches: usize, mut launch: impl FnMut()) {
+    // SAFETY: a live handle and NUL-terminated names.
+    let (c, nm) = unsafe {
+        (
+            libc::dlsym(h, c"gpuslice_stub_calls".as_ptr()),
+            libc::dlsym(h, c"gpuslice_stub_call_name".as_ptr()),
+        )
+    };
+    if c.is_null() || nm.is_null() {
+        return;
+    }
+    // SAFETY: the stub's exports of these signatures.
+    let (c, nm): (Counts, CountName) = unsafe { (std::mem::transmute(c), std::mem::transmute(nm)) };
+    let (t0, p0) = (counts(c, true), counts(c, false));
+    for _ in 0..launches {
+        launch();
+    }
+    let (t1, p1) = (counts(c, true), counts(c, false));
+    for (scope, a, b) in [("thread", t0, t1), ("process", p0, p1)] {
+        let mut line = format!("CALLS {scope}");
+        let mut total = 0u64;
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            if y > x {
+                // SAFETY: the stub's static NUL-terminated name.
+                let name = unsafe { std::ffi::CStr::from_ptr(nm(i)) }.to_string_lossy();
+                line += &format!(" {name}={:.3}", (y - x) as f64 / launches as f64);
+                total += y - x;
+            }
+        }
+        println!("{line} total={:.3}", total as f64 / launches as f64);
+    }
+}
+
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(20_000);
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("make-slice") {
+        make_slice(&args[2], &args[3]);
+        return;
+    }
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20_000);
     // SAFETY: loading the driver by soname.
     let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW) };
     assert!(!h.is_null(), "dlopen libcuda.so.1");
@@ -111,6 +191,21 @@ fn main() {
         }
         assert_eq!(sync(null), 0);
         print("launch", &v);
+        print_calls(h, 4096, || {
+            launch(
+                f,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                null,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+        });
 
         v.clear();
         for i in 0..n / 4 + 100 {

@@ -16,6 +16,9 @@
 //!   an event and a launch waits for the event `max_queue` launches back, so a revoke leaves at
 //!   most that many kernels to run. That wait comes *before* the lease check, so a revoke that
 //!   lands while a thread waits for its queue stops the launch.
+//! * Stream capture: a launch into a capturing stream passes untouched (it does not run; the
+//!   graph's replays are gated), and every event wait of the gate is made in the `RELAXED`
+//!   capture mode, never on a capturing stream or a whole context (`crate::capture`).
 //! * Idle holder: while the slice holds a shared device, the gate thread waits for the newest
 //!   queue-bound event; once everything the process queued has completed, no thread is inside
 //!   a launch and none began for a linger (`crate::linger`: 200 µs, 20 µs for a process whose
@@ -29,7 +32,7 @@ use gpuslice_cuda_abi::exec::{CU_EVENT_DISABLE_TIMING, CU_STREAM_LEGACY_HANDLE};
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
 use gpuslice_region::futex;
-use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, MAX_DEVICES};
+use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, LIMITS_FLAG_LEASED, MAX_DEVICES};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
@@ -54,6 +57,10 @@ const UNKNOWN_BOUND: usize = 1;
 const PACE_ROUNDS: usize = 96;
 /// Intervals the launch length is the median of.
 const TIMING_RING: usize = 9;
+/// Once the ring is full, one completed launch in this many has its interval measured
+/// (`cuEventElapsedTime`, a driver call on the launching thread): the median still follows a
+/// change of launch length within 36 launches.
+const TIMING_EVERY: u32 = 4;
 /// Longest typical launch for which a revoked process says `near` (early hand-off) while its
 /// last launch still runs; longer launches hand on when drained.
 const NEAR_MAX_LAUNCH_NS: u64 = 2_000_000;
@@ -122,6 +129,9 @@ struct Timing {
     next: usize,
     /// The last completed queue-bound event and its grant (kept for the next interval).
     last: Option<(usize, u32)>,
+    /// Completions since the last measured interval (once the ring is full, one in
+    /// [`TIMING_EVERY`] is measured: each measure is a driver call on the launch path).
+    unmeasured: u32,
 }
 
 /// A launch of this process whose queue-bound event may not have completed yet.
@@ -154,6 +164,7 @@ const ENTRY: Entry = Entry {
         len: 0,
         next: 0,
         last: None,
+        unmeasured: 0,
     }),
     linger: Linger::new(),
     pass_wait: AtomicU64::new(0),
@@ -174,25 +185,38 @@ fn entry_of(g: &crate::state::MemoryGate) -> Option<usize> {
     crate::driver::current_device().and_then(|d| g.entry(d))
 }
 
-/// Called before the real launch; `Err` is returned to the caller instead of launching. `Ok(true)`:
-/// the launch is counted in the quiet check (a bounded launch), and [`after_launch`] must be
-/// given `true`.
+/// Called before the real launch on `stream` (of a `_ptsz` entry point when `per_thread`);
+/// `Err` is returned to the caller instead of launching. `Ok(Some(e))`: the launch is counted
+/// in the quiet check of entry `e` and bounded (a queue-bound event follows it); whatever it
+/// returns goes to [`after_launch`], which then need not look the entry up again (a driver
+/// call on a slice of several devices). A launch into a capturing stream is never gated, bounded, paced or tracked:
+/// it does not run (`crate::capture`); that costs one driver call, made only when the gate
+/// would do more than load the lease word.
 #[inline(always)]
-pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
+pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option<usize>, CUresult> {
     let Some(g) = memory_gate() else {
-        return Ok(false);
+        return Ok(None);
     };
+    // A slice the arbiter does not schedule (standalone) has every lease word `UNGATED` for
+    // good (`limits` is read-only to the tenant): no entry to look up, which would cost a
+    // driver call on a slice of several devices.
+    if g.slice.limits.flags() & LIMITS_FLAG_LEASED == 0 {
+        return Ok(None);
+    }
     let Some(e) = entry_of(g) else {
-        return Ok(false);
+        return Ok(None);
     };
     let Some(word) = g.slice.lease.word(e) else {
-        return Ok(false);
+        return Ok(None);
     };
     // The queue bound may block for a kernel; it comes before the lease check so that a
     // revoke during that wait is seen (otherwise the launch would slip into the next holder's
     // lease, uncharged, after this slice's drain was reported). A thread waiting there is
     // about to launch: it counts as launching, so its process is not reported quiet.
     let mq = g.slice.lease.max_queue(e);
+    if (mq > 0 || !may_launch(word.load())) && crate::capture::capturing(stream, per_thread) {
+        return Ok(None);
+    }
     let counted = mq > 0;
     if counted {
         let ent = &ENTRIES[e];
@@ -226,12 +250,12 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
             // the real-time arbiter, which may take this thread's CPU, and on a busy host
             // the thread may then wait for a CFS slice before it launches.
             PASSED.set(pass);
-            return Ok(counted);
+            return Ok(counted.then_some(e));
         }
         w = wait_for_lease(g, e, counted);
     }
     if w & LEASE_UNGATED != 0 {
-        return Ok(counted);
+        return Ok(counted.then_some(e));
     }
     let s = stream as usize;
     if LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
@@ -240,7 +264,7 @@ pub(crate) fn before_launch(stream: CUstream) -> Result<bool, CUresult> {
     if counted {
         mark_busy(g, e, g.slice.lease.grant(e));
     }
-    Ok(counted)
+    Ok(counted.then_some(e))
 }
 
 /// Takes the slice's one-launch pass of entry `e` (`LeaseSlot::pass`), if the arbiter armed
@@ -339,17 +363,23 @@ fn may_launch(w: u32) -> bool {
 
 /// Called after the real launch returned, with what [`before_launch`] returned.
 #[inline(always)]
-pub(crate) fn after_launch(stream: CUstream, counted: bool) {
-    let Some(g) = memory_gate() else { return };
-    let Some(e) = entry_of(g) else { return };
-    if g.slice.lease.max_queue(e) > 0 {
+pub(crate) fn after_launch(stream: CUstream, counted: Option<usize>) {
+    if let Some(e) = counted {
         record_bound_event(e, stream);
-    }
-    if counted {
         ENTRIES[e].launching.fetch_sub(1, SeqCst);
     }
     if PASSED.get() != 0 {
-        announce_pass(g, e, PASSED.replace(0));
+        after_pass(counted);
+    }
+}
+
+/// The launch went on a pass: announce it (entry `counted`, else the thread's device's).
+#[cold]
+fn after_pass(counted: Option<usize>) {
+    let pass = PASSED.replace(0);
+    let Some(g) = memory_gate() else { return };
+    if let Some(e) = counted.or_else(|| entry_of(g)) {
+        announce_pass(g, e, pass);
     }
 }
 
@@ -523,6 +553,15 @@ fn futex_wake(addr: *const u32) {
     unsafe { futex::wake_shared(addr) };
 }
 
+/// Makes `ctx` (a context handle the driver returned to a launching thread) current on this
+/// thread; a destroyed context makes the call fail, which is ignored.
+fn set_ctx(ctx: usize) {
+    if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent) {
+        // SAFETY: a context handle or null; the driver checks it.
+        unsafe { set(ctx as CUcontext) };
+    }
+}
+
 fn current_ctx() -> usize {
     let Some(f) = crate::real!(cuda_sym cuCtxGetCurrent) else {
         return 0;
@@ -602,20 +641,32 @@ fn ensure_thread(e: usize) {
             libc::atexit(at_exit);
         }
     }
+    // The gate thread works in the launching thread's context from its start: the driver's
+    // per-thread capture mode is set once a context is current.
+    let ctx = current_ctx();
     let r = std::thread::Builder::new()
         .name(format!("gpuslice-gate{e}"))
-        .spawn(move || gate_thread(e));
+        .spawn(move || gate_thread(e, ctx));
     if let Err(err) = r {
         crate::log!(Level::Error, "cannot start the launch-gate thread: {err}");
     }
 }
 
-/// Drains the process's work after each revoke of entry `e`'s lease.
-fn gate_thread(e: usize) {
+/// Drains the process's work after each revoke of entry `e`'s lease (`ctx`: the context of
+/// the thread that started it).
+fn gate_thread(e: usize, ctx: usize) {
     // This thread's sleeps (the linger, its 50 µs re-checks) end within a µs of their time, not
     // the default 50 µs timer slack later: each is device time idling or a kernel held back.
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    // Its waits must never invalidate (or fail because of) an application's stream capture.
+    set_ctx(ctx);
+    if !crate::capture::relax_this_thread() {
+        crate::log!(
+            Level::Warn,
+            "the launch gate's thread could not enter the relaxed stream-capture mode"
+        );
+    }
     let Some(g) = memory_gate() else { return };
     let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
         return;
@@ -785,19 +836,21 @@ fn second_newest_event(e: usize) -> Option<usize> {
     q.len().checked_sub(2).and_then(|i| q.get(i).map(|x| x.ev))
 }
 
-/// Waits for the work queued on `stream` (in context `ctx`) so far.
+/// Waits for the work queued on `stream` (in context `ctx`) so far. The default streams (legacy,
+/// or another thread's per-thread stream) are waited for through the legacy stream, which
+/// waits for every blocking stream of the context (a context synchronisation is refused, and
+/// invalidates the capture, while a stream of the context captures). A capturing stream is
+/// not waited for: its launches since the capture began do not run, and recording on it would
+/// add a node to the application's graph.
 fn drain(stream: usize, ctx: usize) {
-    if let Some(set) = crate::real!(cuda_sym cuCtxSetCurrent) {
-        // SAFETY: `ctx` is a context handle the driver returned to a launching thread; a
-        // destroyed context makes the call fail, which is ignored.
-        unsafe { set(ctx as CUcontext) };
-    }
-    if stream == 0 || stream == CU_STREAM_LEGACY_HANDLE || stream == 2 {
-        // Default streams (legacy or another thread's per-thread stream): the whole context.
-        if let Some(f) = crate::real!(cuda_sym cuCtxSynchronize) {
-            // SAFETY: no arguments; synchronises the current context.
-            unsafe { f() };
-        }
+    set_ctx(ctx);
+    crate::capture::relax_this_thread();
+    let stream = if stream == 0 || stream == CU_STREAM_LEGACY_HANDLE || stream == 2 {
+        CU_STREAM_LEGACY_HANDLE
+    } else {
+        stream
+    };
+    if crate::capture::capturing(stream as CUstream, false) {
         return;
     }
     let (Some(create), Some(record), Some(sync), Some(destroy)) = (
@@ -835,8 +888,9 @@ fn bound_queue(e: usize, max: usize) {
         };
         let Some(x) = oldest else { return };
         if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize) {
-            // SAFETY: `x.ev` is a live event this process created and recorded.
-            unsafe { sync(x.ev as CUevent) };
+            // SAFETY: `x.ev` is a live event this process created and recorded (never on a
+            // capturing stream).
+            crate::capture::relaxed(|| unsafe { sync(x.ev as CUevent) });
         }
         started_by(e, Instant::now());
         completed(e, x.ev, x.grant);
@@ -859,6 +913,18 @@ fn pace(e: usize, ahead: Duration) {
     ) else {
         return;
     };
+    // Its event queries and waits must not disturb a capture of this or another thread.
+    crate::capture::relaxed(|| pace_rounds(e, ahead, len, sync, query));
+}
+
+/// [`pace`]'s rounds, given the launch length and the driver's event calls.
+fn pace_rounds(
+    e: usize,
+    ahead: Duration,
+    len: Duration,
+    sync: gpuslice_cuda_abi::pfn::cuEventSynchronize,
+    query: gpuslice_cuda_abi::pfn::cuEventQuery,
+) {
     let ent = &ENTRIES[e];
     // Each round retires a launch or sleeps towards the front's expected end; bounded so a
     // clock or length that never converges cannot hold the launch for long.
@@ -971,7 +1037,13 @@ fn completed(e: usize, ev: usize, grant: u32) {
     let prev = match ent.timing.lock() {
         Ok(mut t) => {
             let prev = t.last.replace((ev, grant));
-            if let Some(ns) = prev.and_then(|(p, _)| elapsed_ns(p, ev)) {
+            t.unmeasured += 1;
+            let measure = t.len < TIMING_RING || t.unmeasured >= TIMING_EVERY;
+            if let Some(ns) = prev
+                .filter(|_| measure)
+                .and_then(|(p, _)| elapsed_ns(p, ev))
+            {
+                t.unmeasured = 0;
                 let i = t.next;
                 t.ring[i] = ns;
                 t.next = (i + 1) % TIMING_RING;

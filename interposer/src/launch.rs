@@ -1,6 +1,8 @@
 //! Launch entry points: `cuLaunchKernel(_ptsz)`, `cuLaunchKernelEx(_ptsz)`,
 //! `cuLaunchCooperativeKernel(_ptsz)`, `cuGraphLaunch(_ptsz)`. Each calls the launch gate
-//! (`crate::gate::before_launch`) first and `after_launch` after the driver returned. The fast
+//! (`crate::gate::before_launch`) first and `after_launch` after the driver returned; a launch
+//! into a capturing stream passes the gate untouched (it only adds a node to a graph, whose
+//! replays are gated). The fast
 //! path is the gate's check plus one cached pointer load: no allocation, lock, syscall, `getenv`
 //! or logging. Graph launches also account graph memory nodes (`crate::graph`).
 
@@ -16,10 +18,11 @@ use std::ffi::{c_uint, c_void};
 
 type R = CUresult;
 
-/// Runs `launch` between the gate's hooks.
+/// Runs `launch` between the gate's hooks (`per_thread`: a `_ptsz` entry point, whose null
+/// stream is the per-thread default stream).
 #[inline(always)]
-fn gated_launch(stream: CUstream, launch: impl FnOnce() -> R) -> R {
-    let counted = match before_launch(stream) {
+fn gated_launch(stream: CUstream, per_thread: bool, launch: impl FnOnce() -> R) -> R {
+    let counted = match before_launch(stream, per_thread) {
         Ok(c) => c,
         Err(e) => return e,
     };
@@ -52,6 +55,7 @@ pub(crate) unsafe fn cuLaunchKernel(
 ) -> R {
     gated_launch(
         stream,
+        twin.per_thread,
         || forward!(twin; f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra),
     )
 }
@@ -80,6 +84,7 @@ pub(crate) unsafe fn cuLaunchKernelEx(
 ) -> R {
     gated_launch(
         config_stream(config),
+        twin.per_thread,
         || forward!(twin; config, f, params, extra),
     )
 }
@@ -107,6 +112,7 @@ pub(crate) unsafe fn cuLaunchCooperativeKernel(
 ) -> R {
     gated_launch(
         stream,
+        twin.per_thread,
         || forward!(twin; f, gx, gy, gz, bx, by, bz, shmem, stream, params),
     )
 }
@@ -123,7 +129,7 @@ pub(crate) unsafe fn cuGraphLaunch(
     exec: CUgraphExec,
     stream: CUstream,
 ) -> R {
-    gated_launch(stream, || {
+    gated_launch(stream, twin.per_thread, || {
         crate::graph::launch(
             exec,
             stream,

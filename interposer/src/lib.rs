@@ -14,7 +14,7 @@
 //! free-then-uncharge, pool and graph-cache corrections); the modules behind the exports, `cuda`
 //! / `pool` / `array` / `graph` / `context` / `nvml` / `nvml_procs` / `nvml_private` (the
 //! wrappers' implementations and the slice's totals and NVML view) and `launch` (launch entry
-//! points) calling `gate` (the launch gate); `table` (the exported shells, generated from the
+//! points) calling `gate` (the launch gate, which asks `capture` about stream capture); `table` (the exported shells, generated from the
 //! one declaration in `gpuslice_cuda_abi::for_each_wrapped!`, name → shell, and the
 //! `cuGetProcAddress` implementations) and `dl` (dlsym/dlvsym) on top.
 
@@ -38,6 +38,7 @@ pub mod real;
 #[macro_use]
 pub mod entry;
 pub mod array;
+mod capture;
 pub mod charge;
 pub mod context;
 pub mod ctor;

@@ -7,8 +7,11 @@
 //! a stub `libcuda.so.1` that returns at once (`interposer/examples/stub_cuda.rs`: the difference
 //! is the interposer's own cost) and the simulated GPU (end to end, with its own variance). Also
 //! the start time of `/bin/true` with and without the preload (a process that never touches
-//! CUDA). Medians and p99 over all samples; "added" = with − without. Results go to
-//! docs/benchmarks.md.
+//! CUDA). Medians and p99 over all samples; "added" = with − without. On the stub also the
+//! launch gate's states — a slice alone on its device (lease held, no queue bound) and a shared
+//! one (the arbiter's queue bound of 8) — with the driver calls each launch makes, counted by
+//! the stub (a driver call costs 8 ns to over a µs on a real driver, which a stub's
+//! nanoseconds hide). Results go to docs/benchmarks.md.
 
 use crate::shell::{cargo, exec, target_dir};
 use anyhow::{bail, Context, Result};
@@ -35,6 +38,9 @@ struct Config {
     name: &'static str,
     preload: Lib,
     envs: &'static [(&'static str, &'static str)],
+    /// A slice directory holding its device's lease (`bench_client make-slice`): `alone` (no
+    /// queue bound) or `shared` (the arbiter's bound of 8). Stub driver only.
+    slice: Option<&'static str>,
 }
 
 const CONFIGS: &[Config] = &[
@@ -42,26 +48,55 @@ const CONFIGS: &[Config] = &[
         name: "without",
         preload: Lib::None,
         envs: &[],
+        slice: None,
     },
     Config {
         name: "with, no request",
         preload: Lib::Current,
         envs: &[],
+        slice: None,
     },
     Config {
         name: "with, capped",
         preload: Lib::Current,
         envs: &[("GPUSLICE_MEMORY", "8Gi")],
+        slice: None,
+    },
+    Config {
+        name: "with, alone in a slice",
+        preload: Lib::Current,
+        envs: &[],
+        slice: Some("alone"),
+    },
+    Config {
+        name: "with, shared",
+        preload: Lib::Current,
+        envs: &[],
+        slice: Some("shared"),
     },
     Config {
         name: "baseline, no request",
         preload: Lib::Baseline,
         envs: &[],
+        slice: None,
     },
     Config {
         name: "baseline, capped",
         preload: Lib::Baseline,
         envs: &[("GPUSLICE_MEMORY", "8Gi")],
+        slice: None,
+    },
+    Config {
+        name: "baseline, alone in a slice",
+        preload: Lib::Baseline,
+        envs: &[],
+        slice: Some("alone"),
+    },
+    Config {
+        name: "baseline, shared",
+        preload: Lib::Baseline,
+        envs: &[],
+        slice: Some("shared"),
     },
 ];
 
@@ -169,9 +204,37 @@ fn command(s: &Setup, libs: &Path, program: &Path, c: &Config) -> Command {
 
 /// config → op → samples (ns)
 type Samples = BTreeMap<&'static str, BTreeMap<String, Vec<u64>>>;
+/// config → (`thread` or `process`) → the client's `CALLS` line: driver calls per launch.
+type Calls = BTreeMap<&'static str, BTreeMap<String, String>>;
 
-fn run_client(s: &Setup, libs: &Path, c: &Config, all: &mut Samples) -> Result<()> {
-    let out = command(s, libs, &s.client, c)
+/// The slice directory of a configuration's state, written fresh (its lease held).
+fn slice_dir(s: &Setup, state: &str) -> Result<PathBuf> {
+    let dir = s.libs.with_file_name(format!("slice-{state}"));
+    let st = Command::new(&s.client)
+        .args(["make-slice"])
+        .arg(&dir)
+        .arg(state)
+        .env_remove("LD_PRELOAD")
+        .status()
+        .context("bench_client make-slice")?;
+    if !st.success() {
+        bail!("bench_client make-slice {} {state} failed", dir.display());
+    }
+    Ok(dir)
+}
+
+fn run_client(
+    s: &Setup,
+    libs: &Path,
+    c: &Config,
+    all: &mut Samples,
+    calls: &mut Calls,
+) -> Result<()> {
+    let mut cmd = command(s, libs, &s.client, c);
+    if let Some(state) = c.slice {
+        cmd.env("GPUSLICE_SLICE_DIR", slice_dir(s, state)?);
+    }
+    let out = cmd
         .arg(SAMPLES)
         .output()
         .context("running the bench client")?;
@@ -184,7 +247,18 @@ fn run_client(s: &Setup, libs: &Path, c: &Config, all: &mut Samples) -> Result<(
     }
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let mut w = line.split_ascii_whitespace();
-        if w.next() != Some("OP") {
+        let first = w.next();
+        if first == Some("CALLS") {
+            if let Some(scope) = w.next() {
+                let rest: Vec<&str> = w.collect();
+                calls
+                    .entry(c.name)
+                    .or_default()
+                    .insert(scope.to_string(), rest.join(" "));
+            }
+            continue;
+        }
+        if first != Some("OP") {
             continue;
         }
         let Some(op) = w.next() else { continue };
@@ -226,6 +300,7 @@ pub fn run(args: &[String]) -> Result<()> {
         .collect();
     let mut results: Vec<(&'static str, Samples)> = Vec::new();
     let mut starts: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut calls: Calls = BTreeMap::new();
     for (driver, libs) in &s.drivers {
         let mut all: Samples = BTreeMap::new();
         for round in 0..ROUNDS {
@@ -236,8 +311,11 @@ pub fn run(args: &[String]) -> Result<()> {
                 configs.iter().rev().copied().collect()
             };
             for c in order {
+                if c.slice.is_some() && *driver != "stub driver" {
+                    continue;
+                }
                 eprintln!("{driver}: round {}/{ROUNDS}: {}", round + 1, c.name);
-                run_client(&s, libs, c, &mut all)?;
+                run_client(&s, libs, c, &mut all, &mut calls)?;
                 if *driver == "simulated GPU" {
                     start_times(&s, c, starts.entry(c.name).or_default())?;
                 }
@@ -310,6 +388,44 @@ pub fn run(args: &[String]) -> Result<()> {
                 );
             }
         }
+    }
+    println!(
+        "\nstub driver, launches (cuLaunchKernel of noop, legacy stream) by the state of the \
+         launch gate, ns per call (median / p99; added = − without):\n"
+    );
+    println!("| configuration | median / p99 | added median |");
+    println!("|---|---|---|");
+    if let Some((_, all)) = results.iter().find(|(d, _)| *d == "stub driver") {
+        let med = |cfg: &str| -> (u64, u64) {
+            let mut v = all
+                .get(cfg)
+                .and_then(|m| m.get("launch"))
+                .cloned()
+                .unwrap_or_default();
+            v.sort_unstable();
+            (percentile(&v, 0.5), percentile(&v, 0.99))
+        };
+        let (b, _) = med("without");
+        for c in &configs {
+            let (m, p) = med(c.name);
+            println!("| {} | {m} / {p} | {:+} |", c.name, m as i64 - b as i64);
+        }
+    }
+    println!(
+        "\nstub driver, driver calls per launch (the launch itself included; launching thread, \
+         then the whole process with the gate thread's background waits):\n"
+    );
+    println!("| configuration | launching thread | process |");
+    println!("|---|---|---|");
+    for c in &configs {
+        let get = |scope: &str| {
+            calls
+                .get(c.name)
+                .and_then(|m| m.get(scope))
+                .cloned()
+                .unwrap_or_else(|| "n/a".into())
+        };
+        println!("| {} | {} | {} |", c.name, get("thread"), get("process"));
     }
     println!("\nstart of /bin/true (a process that never touches CUDA), µs:\n");
     println!("| configuration | median | p99 |");

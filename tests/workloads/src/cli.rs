@@ -1,5 +1,5 @@
 //! The `gpuslice-workload` command line: subcommands that drive the driver API like real programs
-//! (info, fill, saturate, bursty, threads, contend, check) and print `key=value` results that tests,
+//! (info, fill, saturate, bursty, threads, contend, check, capture) and print `key=value` results that tests,
 //! benchmarks and the demo parse.
 
 use crate::driver::{self, Driver, Via};
@@ -90,6 +90,23 @@ pub enum Cmd {
     },
     /// The simulated-GPU acceptance checks; exit 1 if any fails.
     Check,
+    /// Capture a graph the way PyTorch does (side stream forked and joined through events,
+    /// `kernels` spin kernels over both, a memset, a `cuMemAllocAsync` / `cuMemFreeAsync` in
+    /// the graph's pool) in each capture `mode`, then replay the graphs for `seconds`.
+    Capture {
+        /// global, thread_local, relaxed, or all (one graph each).
+        #[arg(long, default_value = "all")]
+        mode: String,
+        #[arg(long, default_value_t = 500)]
+        kernel_us: u64,
+        #[arg(long, default_value_t = 8)]
+        kernels: usize,
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Graphs kept in flight during the replays.
+        #[arg(long, default_value_t = 2)]
+        depth: usize,
+    },
 }
 
 /// Runs the command with a driver table from `load`.
@@ -151,6 +168,13 @@ fn run_cmd(args: &Args, s: &Session) -> Result<()> {
             Ok(())
         }
         Cmd::Check => check(args, s),
+        Cmd::Capture {
+            mode,
+            kernel_us,
+            kernels,
+            seconds,
+            depth,
+        } => crate::capture::run(s, &mode, kernel_us, kernels, seconds, depth),
     }
 }
 
@@ -238,6 +262,22 @@ fn saturate(
         None
     };
     let per_launch = kernel_us * graph_nodes.max(1) as u64;
+    keep_busy(s, stream, depth, seconds, per_launch, || match graph {
+        Some(g) => s.launch_graph(g, stream),
+        None => s.launch_spin(stream, kernel_us),
+    })
+}
+
+/// Calls `launch` (one launch of `per_launch_us` of device time on `stream`) for `seconds`,
+/// keeping `depth` launches in flight.
+pub(crate) fn keep_busy(
+    s: &Session,
+    stream: crate::session::Stream,
+    depth: usize,
+    seconds: f64,
+    per_launch_us: u64,
+    mut launch: impl FnMut() -> Result<()>,
+) -> Result<Saturation> {
     let depth = depth.max(1);
     let events: Vec<_> = (0..depth).map(|_| s.event()).collect::<Result<_>>()?;
     let start = Instant::now();
@@ -249,16 +289,13 @@ fn saturate(
             // Wait for the kernel launched `depth` ago before queueing another.
             s.wait(events[slot])?;
         }
-        match graph {
-            Some(g) => s.launch_graph(g, stream)?,
-            None => s.launch_spin(stream, kernel_us)?,
-        }
+        launch()?;
         s.record(events[slot], stream)?;
         launched += 1;
     }
     s.sync(stream)?;
     let elapsed = start.elapsed().as_secs_f64();
-    let share = launched as f64 * per_launch as f64 / 1e6 / elapsed;
+    let share = launched as f64 * per_launch_us as f64 / 1e6 / elapsed;
     Ok(Saturation {
         kernels: launched,
         elapsed_s: elapsed,

@@ -3,6 +3,7 @@
 //! `cuGetProcAddress_v2` as the CUDA 12 runtime does — from several threads and processes, with
 //! saturating and bursty launch patterns, and read NVML through `nvml-wrapper`.
 
+pub mod capture;
 pub mod cli;
 pub mod driver;
 pub mod nvml_view;

@@ -33,6 +33,27 @@ pub struct Graph(*mut c_void);
 #[derive(Clone, Copy)]
 pub struct Event(CUevent);
 
+impl Stream {
+    /// The driver's handle (for calls outside the session's table).
+    pub fn raw(self) -> CUstream {
+        self.0
+    }
+}
+
+impl Event {
+    /// The driver's handle (for calls outside the session's table).
+    pub fn raw(self) -> CUevent {
+        self.0
+    }
+}
+
+impl Graph {
+    /// An executable graph the driver returned outside the session's table.
+    pub fn from_raw(exec: *mut c_void) -> Graph {
+        Graph(exec)
+    }
+}
+
 // SAFETY: driver handles are plain identifiers usable from any thread of the process.
 unsafe impl Send for Stream {}
 // SAFETY: as above.
@@ -136,6 +157,16 @@ impl Session {
         // SAFETY: valid out-pointer.
         self.drv.check("cuStreamCreate", unsafe {
             (self.drv.stream_create)(&mut s, 0)
+        })?;
+        Ok(Stream(s))
+    }
+
+    /// A new stream with `flags` (`CU_STREAM_NON_BLOCKING` = 1: PyTorch's side streams).
+    pub fn stream_with_flags(&self, flags: u32) -> Result<Stream> {
+        let mut s: CUstream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        self.drv.check("cuStreamCreate", unsafe {
+            (self.drv.stream_create)(&mut s, flags)
         })?;
         Ok(Stream(s))
     }

@@ -193,19 +193,27 @@ pub unsafe extern "C" fn cuEventRecordWithFlags_ptsz(
 /// event is complete).
 #[no_mangle]
 pub unsafe extern "C" fn cuEventQuery(ev: CUevent) -> CUresult {
-    match lookup(ev) {
-        Ok(e) if e.captured().is_some() => CUDA_ERROR_CAPTURED_EVENT,
+    match lookup(ev).and_then(may_wait_for) {
         Ok(e) if e.query() => CUDA_SUCCESS,
         Ok(_) => CUDA_ERROR_NOT_READY,
         Err(r) => r,
     }
 }
 
+/// A query or synchronisation of `e`: a captured record refuses it (`graph`), and otherwise it
+/// is a potentially unsafe call (`capture_rules`).
+fn may_wait_for(e: Arc<Event>) -> Result<Arc<Event>, CUresult> {
+    if let Some(at) = e.captured() {
+        return Err(crate::graph::captured_event_used(&at));
+    }
+    crate::capture_rules::unsafe_call()?;
+    Ok(e)
+}
+
 /// `cuEventSynchronize`.
 #[no_mangle]
 pub unsafe extern "C" fn cuEventSynchronize(ev: CUevent) -> CUresult {
-    match lookup(ev) {
-        Ok(e) if e.captured().is_some() => CUDA_ERROR_CAPTURED_EVENT,
+    match lookup(ev).and_then(may_wait_for) {
         Ok(e) => {
             let gen = e.issued_gen();
             e.wait_gen(gen);

@@ -14,13 +14,17 @@
 //! a graph whose allocation is still live is `CUDA_ERROR_INVALID_VALUE` unless it was
 //! instantiated with `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
 //!
-//! Capture (`cuStreamBeginCapture*` … `cuStreamEndCapture`): kernels, host functions and event
-//! records / waits issued to a capturing stream become nodes instead of running; an event
-//! recorded in a capturing stream and waited on by another stream forks the capture into that
-//! stream, and waiting back joins it. Synchronising, querying or enqueueing other work (memory
-//! copies, callbacks) on a capturing stream invalidates the capture
-//! (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, then `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` at the
-//! end). Not modelled: the cross-stream "implicit" invalidation of global capture mode.
+//! Capture (`cuStreamBeginCapture*` … `cuStreamEndCapture`): kernels, host functions, memsets,
+//! copies, event records / waits and stream-ordered allocations issued to a capturing stream
+//! become nodes instead of running (memsets and copies as empty nodes: no device time); an
+//! event recorded in a capturing stream and waited on by another stream forks the capture into
+//! that stream, and waiting back joins it. Synchronising or querying a capturing stream, its
+//! context or a captured event, callbacks (`cuStreamAddCallback`), and waiting on an event
+//! recorded outside the capture invalidate the capture in every mode, from every thread (the
+//! call fails: `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, `CUDA_ERROR_CAPTURED_EVENT`,
+//! `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`; `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` at the end).
+//! Once its capture ended, a captured event is `CUDA_ERROR_INVALID_VALUE` to query or wait on.
+//! Potentially unsafe calls elsewhere, by capture mode and thread: `capture_rules`.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_uint, c_void};
@@ -192,13 +196,51 @@ pub(crate) struct CaptureSession {
     mode: CUstreamCaptureMode,
     thread: ThreadId,
     invalidated: AtomicBool,
+    /// The capture ended (`cuStreamEndCapture`): its captured events are stale.
+    ended: AtomicBool,
+    /// The `CUgraph` handle of the graph being built (`cuStreamGetCaptureInfo_v2`).
+    handle: usize,
     members: Mutex<Vec<Weak<Stream>>>,
+}
+
+impl CaptureSession {
+    /// The thread that began the capture.
+    pub(crate) fn thread(&self) -> ThreadId {
+        self.thread
+    }
+
+    /// The mode the capture was begun in.
+    pub(crate) fn mode(&self) -> CUstreamCaptureMode {
+        self.mode
+    }
+
+    /// Invalidates the capture: further work fails and so does its end.
+    pub(crate) fn invalidate(&self) {
+        self.invalidated.store(true, Ordering::Release);
+    }
 }
 
 /// The capture state of one stream.
 pub(crate) struct StreamCapture {
     session: Arc<CaptureSession>,
     leaves: Vec<usize>,
+    /// The leaves' node handles as last reported by `cuStreamGetCaptureInfo_v2` / `_v3`
+    /// (the array the caller reads stays valid until the next call on the stream).
+    /// (Handles as `usize`, the layout of `CUgraphNode`.)
+    reported: Vec<usize>,
+    /// Zeroed edge data for those (`_v3`): 8 bytes per dependency.
+    edges: Vec<u64>,
+}
+
+impl StreamCapture {
+    fn new(session: Arc<CaptureSession>, leaves: Vec<usize>) -> StreamCapture {
+        StreamCapture {
+            session,
+            leaves,
+            reported: Vec::new(),
+            edges: Vec::new(),
+        }
+    }
 }
 
 /// Where an event was recorded during capture.
@@ -263,25 +305,104 @@ pub(crate) fn capture_wait_event(s: &Arc<Stream>, e: &Arc<Event>) -> Result<bool
             Ok(true)
         }
         (Some(c), None) => {
-            // Waiting on an event recorded outside the capture: an external dependency that
-            // is already satisfied from the graph's point of view.
-            let _ = c;
-            Ok(true)
+            if e.issued_gen() == 0 {
+                // Never recorded: nothing to wait for.
+                return Ok(true);
+            }
+            // Recorded outside the capture: the capture may not depend on outside work.
+            c.session.invalidate();
+            Err(CUDA_ERROR_STREAM_CAPTURE_ISOLATION)
         }
         (None, Some(at)) => {
+            if at.session.ended.load(Ordering::Acquire) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
+            }
             if s.kind == stream::Kind::Legacy {
                 at.session.invalidated.store(true, Ordering::Release);
                 return Err(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
             }
             lock(&at.session.members).push(Arc::downgrade(s));
-            *cap = Some(StreamCapture {
-                session: at.session.clone(),
-                leaves: at.nodes,
-            });
+            *cap = Some(StreamCapture::new(at.session.clone(), at.nodes));
             Ok(true)
         }
         (None, None) => Ok(false),
     }
+}
+
+/// A query or synchronisation of an event whose latest record was captured at `at`: a live
+/// capture is invalidated (`CUDA_ERROR_CAPTURED_EVENT`); after the capture ended the event is
+/// `CUDA_ERROR_INVALID_VALUE`.
+pub(crate) fn captured_event_used(at: &CapturedAt) -> CUresult {
+    if at.session.ended.load(Ordering::Acquire) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    at.session.invalidate();
+    CUDA_ERROR_CAPTURED_EVENT
+}
+
+/// Issues `op` as a node of `s`'s capture, if `s` is capturing (`Some`), else `None`.
+pub(crate) fn capture_node(s: &Arc<Stream>, op: NodeOp) -> Option<Result<(), CUresult>> {
+    let mut cap = lock(&s.capture);
+    let c = cap.as_mut()?;
+    if c.session.invalidated.load(Ordering::Acquire) {
+        return Some(Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+    }
+    let (idx, _) = c.session.graph.add(op, c.leaves.clone());
+    c.leaves = vec![idx];
+    Some(Ok(()))
+}
+
+/// `cuMemAllocAsync` / `cuMemAllocFromPoolAsync` on `h`: in a capture, an allocation node of
+/// the graph (its address written to `dptr`, charged when the graph is launched); outside one,
+/// a potentially unsafe call (`capture_rules`). `None`: not capturing, allowed.
+pub(crate) fn capture_alloc(
+    h: CUstream,
+    ptsz: bool,
+    bytes: usize,
+    dptr: *mut CUdeviceptr,
+) -> Option<Result<(), CUresult>> {
+    let s = match stream::resolve(h, ptsz) {
+        Ok(s) => s,
+        Err(e) => return Some(Err(e)),
+    };
+    if lock(&s.capture).is_none() {
+        return crate::capture_rules::unsafe_call().err().map(Err);
+    }
+    if dptr.is_null() || bytes == 0 {
+        return Some(Err(CUDA_ERROR_INVALID_VALUE));
+    }
+    let ctx = match context::current() {
+        Ok(c) => c,
+        Err(e) => return Some(Err(e)),
+    };
+    let va = graph_va(bytes as u64);
+    let r = capture_node(
+        &s,
+        NodeOp::MemAlloc {
+            va,
+            bytes: bytes as u64,
+            ctx,
+        },
+    )?;
+    if r.is_ok() {
+        // SAFETY: null-checked above; the caller provides a writable pointer.
+        unsafe { dptr.write(va) };
+    }
+    Some(r)
+}
+
+/// `cuMemFreeAsync` of a graph allocation on a capturing stream: a free node (`None`: not a
+/// graph allocation, or the stream is not capturing).
+pub(crate) fn capture_free(
+    h: CUstream,
+    ptsz: bool,
+    ptr: CUdeviceptr,
+) -> Option<Result<(), CUresult>> {
+    if !reg().vas.contains(&ptr) {
+        return None;
+    }
+    let s = stream::resolve(h, ptsz).ok()?;
+    capture_node(&s, NodeOp::MemFree { va: ptr })
 }
 
 /// Turns a node into stream work (at launch time: event records get their record number now).
@@ -333,16 +454,9 @@ fn to_stream_op(op: NodeOp) -> (Vec<Dep>, Op) {
 
 /// Issues `op` to `s`: a node of the capture graph if `s` is capturing, stream work otherwise.
 pub(crate) fn launch_op(s: &Arc<Stream>, op: NodeOp) -> Result<(), CUresult> {
-    let mut cap = lock(&s.capture);
-    if let Some(c) = cap.as_mut() {
-        if c.session.invalidated.load(Ordering::Acquire) {
-            return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-        }
-        let (idx, _) = c.session.graph.add(op, c.leaves.clone());
-        c.leaves = vec![idx];
-        return Ok(());
+    if let Some(r) = capture_node(s, op.clone()) {
+        return r;
     }
-    drop(cap);
     let (deps, op) = to_stream_op(op);
     stream::submit(s, deps, op);
     Ok(())
@@ -360,19 +474,22 @@ fn begin_capture(h: CUstream, mode: CUstreamCaptureMode, ptds: bool) -> Result<(
     if cap.is_some() {
         return Err(CUDA_ERROR_ILLEGAL_STATE);
     }
+    let graph = Graph::new();
+    let handle = next(GRAPH_BASE);
+    reg().graphs.insert(handle, graph.clone());
     let session = Arc::new(CaptureSession {
-        graph: Graph::new(),
+        graph,
         id: NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed),
         origin: s.id,
         mode,
         thread: std::thread::current().id(),
         invalidated: AtomicBool::new(false),
+        ended: AtomicBool::new(false),
+        handle,
         members: Mutex::new(vec![Arc::downgrade(&s)]),
     });
-    *cap = Some(StreamCapture {
-        session,
-        leaves: Vec::new(),
-    });
+    crate::capture_rules::register(&session);
+    *cap = Some(StreamCapture::new(session, Vec::new()));
     Ok(())
 }
 
@@ -442,18 +559,21 @@ fn end_capture(h: CUstream, pgraph: *mut CUgraph, ptds: bool) -> Result<(), CUre
             }
         }
     }
+    session.ended.store(true, Ordering::Release);
+    crate::capture_rules::unregister(&session);
     // SAFETY: null-checked above; the caller provides a writable CUgraph.
     unsafe { pgraph.write(std::ptr::null_mut()) };
-    if unjoined {
-        return Err(CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+    if unjoined || session.invalidated.load(Ordering::Acquire) {
+        // SAFETY: the graph handle was registered at begin and never given out as a result.
+        unsafe { cuGraphDestroy(session.handle as CUgraph) };
+        return Err(if unjoined {
+            CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+        } else {
+            CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        });
     }
-    if session.invalidated.load(Ordering::Acquire) {
-        return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-    }
-    let handle = next(GRAPH_BASE);
-    reg().graphs.insert(handle, session.graph.clone());
     // SAFETY: as above.
-    unsafe { pgraph.write(handle as CUgraph) };
+    unsafe { pgraph.write(session.handle as CUgraph) };
     Ok(())
 }
 
@@ -471,6 +591,10 @@ pub unsafe extern "C" fn cuStreamEndCapture_ptsz(h: CUstream, pgraph: *mut CUgra
 
 fn capture_status(h: CUstream, ptds: bool) -> Result<(CUstreamCaptureStatus, u64), CUresult> {
     let s = stream::resolve(h, ptds)?;
+    if s.kind == stream::Kind::Legacy && stream::blocking_capture_in(s.ctx.id) {
+        // The legacy stream is unusable while a blocking stream of its context captures.
+        return Err(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    }
     let cap = lock(&s.capture);
     Ok(match cap.as_ref() {
         None => (CU_STREAM_CAPTURE_STATUS_NONE, 0),
@@ -546,6 +670,119 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_ptsz(
     id: *mut u64,
 ) -> CUresult {
     rc(capture_info(h, status, id, true))
+}
+
+/// `cuStreamGetCaptureInfo_v2` / `_v3`: status and id, and while the capture is active its
+/// graph and the stream's current dependencies (and, for `_v3`, zeroed edge data).
+#[allow(clippy::too_many_arguments)]
+fn capture_info_v2(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const c_void,
+    ndeps: *mut usize,
+    ptds: bool,
+) -> Result<(), CUresult> {
+    capture_info(h, status, id, ptds)?;
+    let s = stream::resolve(h, ptds)?;
+    let mut cap = lock(&s.capture);
+    let active = cap
+        .as_ref()
+        .is_some_and(|c| !c.session.invalidated.load(Ordering::Acquire));
+    let Some(c) = cap.as_mut().filter(|_| active) else {
+        return Ok(());
+    };
+    let nodes = lock(&c.session.graph.nodes);
+    c.reported = c
+        .leaves
+        .iter()
+        .filter_map(|&i| nodes.get(i).map(|n| n.handle))
+        .collect();
+    drop(nodes);
+    c.edges = vec![0; c.reported.len()];
+    // SAFETY: each out-pointer is null-checked; the caller provides writable ones. The arrays
+    // written out live in the stream's capture state until the next call on the stream.
+    unsafe {
+        if !graph.is_null() {
+            graph.write(c.session.handle as CUgraph);
+        }
+        if !deps.is_null() {
+            deps.write(c.reported.as_ptr().cast::<CUgraphNode>());
+        }
+        if !edges.is_null() {
+            edges.write(c.edges.as_ptr().cast());
+        }
+        if !ndeps.is_null() {
+            ndeps.write(c.reported.len());
+        }
+    }
+    Ok(())
+}
+
+/// `cuStreamGetCaptureInfo_v2` (CUDA 11.3).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    ndeps: *mut usize,
+) -> CUresult {
+    let none = std::ptr::null_mut();
+    rc(capture_info_v2(
+        h, status, id, graph, deps, none, ndeps, false,
+    ))
+}
+
+/// `cuStreamGetCaptureInfo_v2_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    ndeps: *mut usize,
+) -> CUresult {
+    let none = std::ptr::null_mut();
+    rc(capture_info_v2(
+        h, status, id, graph, deps, none, ndeps, true,
+    ))
+}
+
+/// `cuStreamGetCaptureInfo_v3` (CUDA 12.3; `cuStreamGetCaptureInfo` of CUDA 13 headers).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const c_void,
+    ndeps: *mut usize,
+) -> CUresult {
+    rc(capture_info_v2(
+        h, status, id, graph, deps, edges, ndeps, false,
+    ))
+}
+
+/// `cuStreamGetCaptureInfo_v3_ptsz`.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
+    h: CUstream,
+    status: *mut CUstreamCaptureStatus,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    edges: *mut *const c_void,
+    ndeps: *mut usize,
+) -> CUresult {
+    rc(capture_info_v2(
+        h, status, id, graph, deps, edges, ndeps, true,
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -802,18 +1039,21 @@ fn mem_alloc_op(p: *mut CUDA_MEM_ALLOC_NODE_PARAMS) -> Result<(NodeOp, u64), CUr
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let bytes = m.bytesize as u64;
-    let gran = crate::device::granularity();
-    let va = {
-        let mut r = reg();
-        if r.next_va == 0 {
-            r.next_va = GRAPH_VA_BASE;
-        }
-        let va = r.next_va;
-        r.next_va += crate::device::round_up(bytes, gran).max(gran);
-        r.vas.insert(va);
-        va
-    };
+    let va = graph_va(bytes);
     Ok((NodeOp::MemAlloc { va, bytes, ctx }, va))
+}
+
+/// A fresh private address for a graph allocation of `bytes`.
+fn graph_va(bytes: u64) -> u64 {
+    let gran = crate::device::granularity();
+    let mut r = reg();
+    if r.next_va == 0 {
+        r.next_va = GRAPH_VA_BASE;
+    }
+    let va = r.next_va;
+    r.next_va += crate::device::round_up(bytes, gran).max(gran);
+    r.vas.insert(va);
+    va
 }
 
 /// `cuGraphAddMemAllocNode`: the address is fixed now (written to `nodeParams->dptr`); memory

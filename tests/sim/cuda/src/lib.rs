@@ -14,10 +14,12 @@
 //! - `event`: events with real timestamps.
 //! - `module`: modules and functions (`spin` and friends).
 //! - `launch`: `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`.
-//! - `graph`: CUDA Graphs.
+//! - `graph`: CUDA Graphs and stream capture.
+//! - `capture_rules`: which calls a live capture prohibits, by capture mode and thread.
 //! - `procaddr`: `cuGetProcAddress` / `cuGetProcAddress_v2` and the symbol version table.
 
 mod array;
+mod capture_rules;
 mod context;
 mod device;
 mod event;

@@ -248,6 +248,7 @@ pub(crate) fn release_context(ctx_id: u64) {
 
 fn mem_alloc(dptr: *mut CUdeviceptr, bytes: u64) -> Result<(), CUresult> {
     let ctx = context::current()?;
+    crate::capture_rules::unsafe_call()?;
     if dptr.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -268,6 +269,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
 pub unsafe extern "C" fn cuMemAlloc(dptr: *mut CUdeviceptr_v1, bytesize: c_uint) -> CUresult {
     let r = (|| {
         let ctx = context::current()?;
+        crate::capture_rules::unsafe_call()?;
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -368,6 +370,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 
 fn mem_free(ptr: CUdeviceptr) -> Result<(), CUresult> {
     context::current()?;
+    crate::capture_rules::unsafe_call()?;
     if ptr == 0 {
         // Freeing null is a no-op, as in the real driver.
         return Ok(());

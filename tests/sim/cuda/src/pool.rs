@@ -157,6 +157,10 @@ fn alloc_from(
     ptsz: bool,
 ) -> Result<(), CUresult> {
     let ctx = context::current()?;
+    // In a capture: an allocation node (graph memory); outside one, maybe prohibited by one.
+    if let Some(r) = crate::graph::capture_alloc(stream, ptsz, bytes, dptr) {
+        return r;
+    }
     if dptr.is_null() || bytes == 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
@@ -272,6 +276,10 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync_ptsz(
 
 fn free_async(ptr: CUdeviceptr, stream: CUstream, ptsz: bool) -> Result<(), CUresult> {
     context::current()?;
+    // A graph allocation freed in a capture: a free node.
+    if let Some(r) = crate::graph::capture_free(stream, ptsz, ptr) {
+        return r;
+    }
     let r = memory::find(ptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if r.base != ptr {
         return Err(CUDA_ERROR_INVALID_VALUE);

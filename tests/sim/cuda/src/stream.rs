@@ -204,6 +204,9 @@ fn worker(s: Arc<Stream>) {
             }
             ready = ready.max(now_ns());
         }
+        // An event completes once the stream counts its record done: a thread woken by the
+        // event then sees the stream idle (`cuStreamQuery`), as on the real device.
+        let mut reached = None;
         match item.op {
             Op::Kernel {
                 duration_ns,
@@ -225,7 +228,7 @@ fn worker(s: Arc<Stream>) {
             Op::Record(ev, gen) => {
                 // The device reaches the record when the previous item ended (or when the
                 // record was enqueued on an idle stream): stamp that, not the worker's wake-up.
-                ev.complete(gen, ready);
+                reached = Some((ev, gen, ready));
                 prev_end = ready;
             }
             Op::Nop => prev_end = ready,
@@ -233,6 +236,9 @@ fn worker(s: Arc<Stream>) {
         let mut q = lock(&s.q);
         q.completed += 1;
         drop(q);
+        if let Some((ev, gen, t)) = reached {
+            ev.complete(gen, t);
+        }
         s.cv.notify_all();
     }
 }
@@ -448,16 +454,25 @@ pub(crate) fn submit_batch(stream: &Arc<Stream>, items: Vec<(Vec<Dep>, Op)>) {
     }
 }
 
-/// Runs `f` in stream order on `stream` (for memory operations of other modules). A capturing
-/// stream refuses (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`) and its capture is invalidated: the
-/// simulator records only kernels, host functions, memsets, events and graph memory in graphs.
+/// Runs `f` in stream order on `stream` (for memory operations of other modules: copies,
+/// memsets, frees). On a capturing stream the operation becomes an empty node of the capture
+/// (as a real memset or copy node, without its device time) and `f` is dropped: the simulator
+/// does not replay those effects (a graph's own allocations are freed by free nodes).
 pub(crate) fn enqueue_host(stream: &Stream, f: Box<dyn FnOnce() + Send>) -> Result<(), CUresult> {
     let arc = find_arc(stream).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    if crate::graph::invalidate_if_capturing(&arc) {
-        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    if let Some(r) = crate::graph::capture_node(&arc, crate::graph::NodeOp::Empty) {
+        return r;
     }
     submit(&arc, Vec::new(), Op::Host(f));
     Ok(())
+}
+
+/// Whether a blocking stream of context `ctx_id` is capturing (the legacy stream is then
+/// unusable).
+pub(crate) fn blocking_capture_in(ctx_id: u64) -> bool {
+    context_streams(ctx_id)
+        .iter()
+        .any(|s| s.kind != Kind::Legacy && s.blocking() && lock(&s.capture).is_some())
 }
 
 fn find_arc(stream: &Stream) -> Option<Arc<Stream>> {
@@ -480,9 +495,21 @@ fn context_streams(ctx_id: u64) -> Vec<Arc<Stream>> {
         .collect()
 }
 
-/// Waits for all work enqueued so far in every stream of context `ctx_id`.
+/// Waits for all work enqueued so far in every stream of context `ctx_id`. Refused while a
+/// stream of the context captures, in every capture mode and from every thread (the capture is
+/// invalidated), and as a potentially unsafe call (`capture_rules`).
 pub(crate) fn synchronize_context(ctx_id: u64) -> CUresult {
     let streams = context_streams(ctx_id);
+    let mut capturing = false;
+    for s in &streams {
+        capturing |= crate::graph::invalidate_if_capturing(s);
+    }
+    if capturing {
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if let Err(e) = crate::capture_rules::unsafe_call() {
+        return e;
+    }
     let targets: Vec<(Arc<Stream>, u64)> = streams
         .into_iter()
         .map(|s| {
@@ -602,11 +629,18 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CUresult {
     rc(destroy(h))
 }
 
-fn synchronize(h: CUstream, ptds: bool) -> Result<(), CUresult> {
-    let s = resolve(h, ptds)?;
-    if crate::graph::invalidate_if_capturing(&s) {
+/// A query or synchronisation of `s`: refused on a capturing stream (invalidated, in every
+/// mode) and, elsewhere, a potentially unsafe call (`capture_rules`).
+fn may_wait_for(s: &Arc<Stream>) -> Result<(), CUresult> {
+    if crate::graph::invalidate_if_capturing(s) {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
+    crate::capture_rules::unsafe_call()
+}
+
+fn synchronize(h: CUstream, ptds: bool) -> Result<(), CUresult> {
+    let s = resolve(h, ptds)?;
+    may_wait_for(&s)?;
     s.synchronize();
     // A synchronization point: pools give back what exceeds their threshold.
     crate::pool::on_synchronize(s.ctx.device);
@@ -627,9 +661,7 @@ pub unsafe extern "C" fn cuStreamSynchronize_ptsz(h: CUstream) -> CUresult {
 
 fn query(h: CUstream, ptds: bool) -> Result<(), CUresult> {
     let s = resolve(h, ptds)?;
-    if crate::graph::invalidate_if_capturing(&s) {
-        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
+    may_wait_for(&s)?;
     if s.idle() {
         Ok(())
     } else {
