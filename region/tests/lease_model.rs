@@ -38,13 +38,19 @@ fn a_drain_is_settled_only_once_every_process_left() {
                 })
             })
             .collect();
-        let v = w.get(SeqCst);
-        if settled(v, 1, 64) {
-            assert!(gone.iter().all(|g| g.load(SeqCst)), "settled early: {v:#x}");
-        }
+        let sched = {
+            let (w, gone) = (w.clone(), gone.clone());
+            loom::thread::spawn(move || {
+                let v = w.get(SeqCst);
+                if settled(v, 1, 64) {
+                    assert!(gone.iter().all(|g| g.load(SeqCst)), "settled early: {v:#x}");
+                }
+            })
+        };
         for p in procs {
             p.join().unwrap();
         }
+        sched.join().unwrap();
         assert!(all_left(w.get(SeqCst), 1));
     });
 }
