@@ -7,34 +7,14 @@ use gpuslice_arbiter::sched::{Params, Scheduler};
 use gpuslice_region::layout::LEASE_HELD;
 use gpuslice_region::{Lease, Usage};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::atomic::Ordering::AcqRel;
 use std::time::{Duration, Instant};
 
 mod gate_words;
 use gate_words::{futex, slice_dir};
 
-fn add(word: &AtomicU64, grant: u32) {
-    let mut p = word.load(Acquire);
-    loop {
-        let n = if (p >> 32) as u32 == grant {
-            p + 1
-        } else {
-            (u64::from(grant) << 32) | 1
-        };
-        match word.compare_exchange(p, n, AcqRel, Acquire) {
-            Ok(_) => return,
-            Err(x) => p = x,
-        }
-    }
-}
-
-fn sub(word: &AtomicU64, grant: u32) {
-    let p = word.load(Acquire);
-    if (p >> 32) as u32 == grant && p as u32 > 0 {
-        let _ = word.compare_exchange(p, p - 1, AcqRel, Acquire);
-    }
-}
+// The gate's half of the lease protocol, as the interposer runs it.
+use gpuslice_region::lease::{enter as add, leave as sub};
 
 /// Waits for the lease, registers under its grant, "launches" until revoked, then reports
 /// `near` at once and the drain `last_kernel` later. Returns (first grant seen, drain reported).

@@ -7,7 +7,7 @@ use gpuslice_arbiter::sched::{Params, Scheduler};
 use gpuslice_region::layout::LEASE_HELD;
 use gpuslice_region::{Lease, Usage};
 use std::path::Path;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,18 +28,8 @@ fn tenant(dir: &Path, stop: Arc<AtomicBool>, busy: Arc<AtomicU64>) {
             let grant = lease.grant(0);
             if grant != registered {
                 registered = grant;
-                let mut p = g.pending.load(Acquire);
-                loop {
-                    let n = if (p >> 32) as u32 == grant {
-                        p + 1
-                    } else {
-                        (u64::from(grant) << 32) | 1
-                    };
-                    match g.pending.compare_exchange(p, n, AcqRel, Acquire) {
-                        Ok(_) => break,
-                        Err(x) => p = x,
-                    }
-                }
+                // The gate's half of the lease protocol, as the interposer runs it.
+                gpuslice_region::lease::enter(g.pending, grant);
             }
             g.seen.store(word, Relaxed);
             let t = Instant::now();
@@ -48,10 +38,7 @@ fn tenant(dir: &Path, stop: Arc<AtomicBool>, busy: Arc<AtomicU64>) {
         } else {
             if registered != drained {
                 drained = registered;
-                let p = g.pending.load(Acquire);
-                if (p >> 32) as u32 == registered && p as u32 > 0 {
-                    let _ = g.pending.compare_exchange(p, p - 1, AcqRel, Acquire);
-                }
+                gpuslice_region::lease::leave(g.pending, registered);
                 futex(
                     g.pending.as_ptr().cast(),
                     libc::FUTEX_WAKE,
@@ -67,16 +54,13 @@ fn tenant(dir: &Path, stop: Arc<AtomicBool>, busy: Arc<AtomicU64>) {
         }
     }
     // Exiting: leave `pending` like the interposer's atexit hook.
-    let p = g.pending.load(Acquire);
-    if (p >> 32) as u32 == registered && p as u32 > 0 {
-        let _ = g.pending.compare_exchange(p, p - 1, AcqRel, Acquire);
-        futex(
-            g.pending.as_ptr().cast(),
-            libc::FUTEX_WAKE,
-            i32::MAX as u32,
-            0,
-        );
-    }
+    gpuslice_region::lease::leave(g.pending, registered);
+    futex(
+        g.pending.as_ptr().cast(),
+        libc::FUTEX_WAKE,
+        i32::MAX as u32,
+        0,
+    );
 }
 
 fn params(pct: u32) -> Params {
@@ -259,7 +243,8 @@ fn a_high_slice_beside_a_holder_is_granted_under_the_pass_it_took() {
     // claimed goes, and the launch completed and nothing followed (idle).
     gh.seen.store(lh.word(0).unwrap().load(), Relaxed);
     gh.demand.fetch_sub(1, AcqRel);
-    gh.busy.store(u64::from(pass) << 32, Relaxed);
+    gh.busy
+        .store(gpuslice_region::lease::tagged(pass, 0), Relaxed);
     futex(
         gh.busy.as_ptr().cast(),
         libc::FUTEX_WAKE,

@@ -439,32 +439,14 @@ fn held_slow(g: &crate::state::MemoryGate, e: usize, w: u32, s: usize, grant: u3
     STREAMS.set(c);
 }
 
+/// Counts this process in a grant-tagged word (`pending`, `near`, `busy`) under `grant`.
 fn add_pending(p: &AtomicU64, grant: u32) {
-    let mut cur = p.load(Acquire);
-    loop {
-        let new = if (cur >> 32) as u32 == grant {
-            cur.wrapping_add(1) & (u64::MAX >> 32 | u64::from(grant) << 32)
-        } else {
-            (u64::from(grant) << 32) | 1
-        };
-        match p.compare_exchange_weak(cur, new, AcqRel, Acquire) {
-            Ok(_) => return,
-            Err(x) => cur = x,
-        }
-    }
+    gpuslice_region::lease::enter(p, grant);
 }
 
+/// Counts this process out of a grant-tagged word under `grant` (not at all under another).
 fn remove_pending(p: &AtomicU64, grant: u32) {
-    let mut cur = p.load(Acquire);
-    loop {
-        if (cur >> 32) as u32 != grant || cur as u32 == 0 {
-            return;
-        }
-        match p.compare_exchange_weak(cur, cur - 1, AcqRel, Acquire) {
-            Ok(_) => return,
-            Err(x) => cur = x,
-        }
-    }
+    gpuslice_region::lease::leave(p, grant);
 }
 
 /// Waits until the lease is held (or ungated); returns the word then.

@@ -8,7 +8,8 @@
 //! model test can run it on `loom` atomics), `atomics` (the word traits it uses), `liveness`
 //! (`/proc` pid + start time), `quantity` (`512Mi`, `25%`, HAMi limits), `sigbus` (readers of
 //! tenant-writable files survive the tenant truncating them), `futex` (the waits and wakes on
-//! region words that the launch gate and the scheduler share).
+//! region words that the launch gate and the scheduler share), `lease` (the grant-tagged
+//! counters of the lease protocol, both halves, generic for its `loom` model).
 
 // Readers of tenant-writable memory and the interposer's C paths must not panic (the profiles
 // abort on panic): no unwrap, expect, panic or unchecked indexing outside tests.
@@ -35,6 +36,7 @@ pub mod error;
 pub mod files;
 pub mod futex;
 pub mod layout;
+pub mod lease;
 pub mod liveness;
 pub mod map;
 pub mod protocol;

@@ -3,43 +3,14 @@
 //! Checked: the total never exceeds the cap, and once everything settled and a reclaim ran,
 //! `total == Σ reserved of live records` exactly.
 
-use gpuslice_region::atomics::{failure_ordering, Word32, Word64};
+use gpuslice_region::atomics::{Word32, Word64};
 use gpuslice_region::protocol::{self, Env, Ledger, Liveness, Waiter};
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use loom::sync::Arc;
-use std::sync::atomic::Ordering::{self, SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 
-struct L64(AtomicU64);
-struct L32(AtomicU32);
-
-impl Word64 for L64 {
-    fn get(&self, o: Ordering) -> u64 {
-        self.0.load(o)
-    }
-    fn put(&self, v: u64, o: Ordering) {
-        self.0.store(v, o)
-    }
-    fn cas(&self, c: u64, n: u64, o: Ordering) -> Result<u64, u64> {
-        self.0.compare_exchange(c, n, o, failure_ordering(o))
-    }
-    fn add(&self, v: u64, o: Ordering) -> u64 {
-        self.0.fetch_add(v, o)
-    }
-}
-impl Word32 for L32 {
-    fn get(&self, o: Ordering) -> u32 {
-        self.0.load(o)
-    }
-    fn add(&self, v: u32, o: Ordering) -> u32 {
-        self.0.fetch_add(v, o)
-    }
-    fn sub(&self, v: u32, o: Ordering) -> u32 {
-        self.0.fetch_sub(v, o)
-    }
-    fn put(&self, v: u32, o: Ordering) {
-        self.0.store(v, o)
-    }
-}
+mod loom_words;
+use loom_words::{L32, L64};
 
 const RECS: usize = 3;
 const CAP: u64 = 3;

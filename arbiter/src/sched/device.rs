@@ -411,8 +411,7 @@ impl Loop {
                 // grant's tag, as an older gate leaves it, never reads as quiet).
                 quiet: holder == Some(i)
                     && grant != 0
-                    && (s.busy >> 32) as u32 == grant
-                    && s.busy as u32 == 0,
+                    && gpuslice_region::lease::all_left(s.busy, grant),
             };
             self.policy.observe(i, obs, now);
         }
@@ -574,7 +573,8 @@ impl Loop {
         let rt = &self.rt[i];
         let p = rt.usage.sched_sample(rt.entry).pending;
         // A count above the process records there can be is not a count: over.
-        if (p >> 32) as u32 != d.grant || p as u32 == 0 || p as u32 as usize > MAX_PROCS {
+        let max = u32::try_from(MAX_PROCS).unwrap_or(u32::MAX);
+        if gpuslice_region::lease::settled(p, d.grant, max) {
             return Some(false);
         }
         if now >= d.deadline {
@@ -592,7 +592,7 @@ impl Loop {
         };
         let rt = &self.rt[i];
         let n = rt.usage.sched_sample(rt.entry).near;
-        (n >> 32) as u32 == d.grant && n as u32 == 0
+        gpuslice_region::lease::all_left(n, d.grant)
     }
 
     /// Charges the background drains reported so far, in the order they began, each up to its
