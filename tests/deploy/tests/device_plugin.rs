@@ -15,6 +15,7 @@ use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
 use gpuslice_deploy_tests::{
     doc_section, host_mounts, kubectl_or_skip, named, objects, render_strict, repo_root, s, strs,
+    IMAGE_PLACEHOLDER,
 };
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::units::{units_of, UnitPolicy};
@@ -70,7 +71,7 @@ fn device_plugin_overlay_renders_and_mounts_only_the_device_plugin_directory() {
     let plugin = named(&spec["containers"], "device-plugin");
     let arbiter = named(&spec["containers"], "arbiter");
     assert_eq!(plugin["image"], arbiter["image"]);
-    assert!(s(&plugin["image"]).starts_with("gpuslice/gpuslice:"));
+    assert_eq!(s(&plugin["image"]), IMAGE_PLACEHOLDER);
     let cmd = strs(&plugin["command"]);
     assert_eq!(cmd[0], "/usr/bin/gpuslice-kubelet-plugin");
     assert!(cmd.contains(&"--mode=device-plugin"), "{cmd:?}");

@@ -14,6 +14,7 @@ use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
 use gpuslice_deploy_tests::{
     doc_section, host_mounts, kubectl_or_skip, named, objects, render_strict, repo_root, s, strs,
+    IMAGE_PLACEHOLDER,
 };
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
 use gpuslice_kubelet_plugin::claim::ClaimRef;
@@ -147,10 +148,11 @@ fn dra_overlay_renders_and_follows_the_rules() {
         .collect();
     assert_eq!(mains, BTreeSet::from(["arbiter", "kubelet-plugin"]));
     let plugin = named(&spec["containers"], "kubelet-plugin");
-    // The same image as the arbiter (the overlay's images: entry keeps them together).
+    // The same image as the arbiter (the site overlay's one images: entry sets both).
     let arbiter = named(&spec["containers"], "arbiter");
-    assert!(
-        s(&plugin["image"]).starts_with("gpuslice/gpuslice:"),
+    assert_eq!(
+        s(&plugin["image"]),
+        IMAGE_PLACEHOLDER,
         "{}",
         plugin["image"]
     );

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use gpuslice_api::{Config, MemoryRequest, Priority};
 use gpuslice_deploy_tests::{
     kubectl_or_skip, kubernetes_dir, objects, render, render_strict, repo_root, s, strs,
+    IMAGE_PLACEHOLDER,
 };
 use gpuslice_oci::select::{select, Selection};
 use serde_json::Value;
@@ -209,8 +210,10 @@ fn check_rendering(e: &Expect) {
     // Images, resources, privileges.
     for c in &all {
         let name = s(&c["name"]);
-        assert!(
-            s(&c["image"]).starts_with("gpuslice/gpuslice:"),
+        // The placeholder, untagged: the site overlay's one `images:` entry sets it all.
+        assert_eq!(
+            s(&c["image"]),
+            IMAGE_PLACEHOLDER,
             "{dir}: {name} image {}",
             c["image"]
         );
