@@ -1,6 +1,8 @@
 //! The `gpuslice-arbiter` binary: refuses clearly without a usable config or NVML, and — with the
 //! simulated NVML (`GPUSLICE_TEST_SIM_NVML`, else the simulator's library built beside it) —
 //! serves the protocol, survives being killed and restarted, and stops in order on SIGTERM.
+//! With `GPUSLICE_DRIVER_ROOT` it finds NVML through the root's loader cache (one written by
+//! the real `ldconfig -r` over a RHEL-like root) or refuses, naming the root and the fix.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -239,5 +241,94 @@ fn sigterm_logs_removes_the_socket_and_exits_0() {
     let _d = spawn(&lib, &dir);
     let r = call(&sock, r#"{"version":1,"op":"status"}"#);
     assert_eq!(r["slices"][0]["slice_id"], "keep", "{r}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The arbiter with `GPUSLICE_DRIVER_ROOT=root` (the Kubernetes manifests: the node's `/` at
+/// `/host`) and no NVML named: it finds NVML through the root's loader cache.
+fn arbiter_in_root(dir: &Path, root: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.args([
+        "--state-dir",
+        dir.to_str().unwrap(),
+        "--config",
+        "/dev/null",
+    ])
+    .env("GPUSLICE_DRIVER_ROOT", root)
+    .env_remove("GPUSLICE_NVML_LIBRARY")
+    .env("GPUSLICE_SIM_STATE", dir.join("sim-state"))
+    .env_remove("RUST_LOG");
+    c
+}
+
+#[test]
+fn a_driver_root_without_nvml_stops_the_arbiter_with_the_fix() {
+    let dir = tmp("root-none");
+    let root = dir.join("node");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let out = arbiter_in_root(&dir, &root).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "libnvidia-ml.so.1 not found under driver root {}",
+            root.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("set GPUSLICE_DRIVER_ROOT"), "{err}");
+    assert!(!dir.join("arbiter.sock").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn nvml_is_found_through_a_real_ldconfig_cache_of_a_rhel_like_root() {
+    let Some(lib) = sim_nvml() else { return };
+    let dir = tmp("root-rhel");
+    let root = dir.join("node");
+    let lib64 = root.join("usr/lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::os::unix::fs::symlink("usr/lib64", root.join("lib64")).unwrap();
+    let real = lib64.join("libnvidia-ml.so.570.86.15");
+    std::fs::copy(&lib, &real).unwrap();
+    std::fs::write(root.join("etc/ld.so.conf"), "/usr/lib64\n").unwrap();
+    // glibc's own ldconfig writes the cache and the soname link, as on a node.
+    let ldconfig = ["/usr/sbin/ldconfig", "/sbin/ldconfig"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("ldconfig (glibc) on the test machine");
+    let st = Command::new(ldconfig)
+        .arg("-r")
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(lib64.join("libnvidia-ml.so.1").is_symlink());
+    let log = dir.join("arbiter.log");
+    let mut child = arbiter_in_root(&dir, &root)
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .unwrap();
+    let sock = dir.join("arbiter.sock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while UnixStream::connect(&sock).is_err() {
+        let exited = child.try_wait().unwrap();
+        if exited.is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "arbiter did not serve ({exited:?}): {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!("NVML: {}", real.display())),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

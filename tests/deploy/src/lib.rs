@@ -164,6 +164,16 @@ pub fn render_strict(kubectl: &Path, dir: &str) -> Vec<Value> {
     objs
 }
 
+/// Every directory of `packaging/kubernetes` that renders the node agent (base and overlays).
+pub const AGENT_DIRS: &[&str] = &[
+    "base",
+    "overlays/containerd",
+    "overlays/containerd-shim",
+    "overlays/nvidia-operator",
+    "overlays/device-plugin",
+    "overlays/dra",
+];
+
 /// The node image every manifest names: a placeholder in the reserved `.invalid` domain (RFC
 /// 6761: never resolves, so never pulls anyone's image). The operator's site overlay replaces it
 /// with one `images:` entry (docs/kubernetes.md, "The node image").

@@ -7,19 +7,9 @@ use std::path::PathBuf;
 
 use gpuslice_deploy_tests::{
     container_images, kubectl_or_skip, kubernetes_dir, render, render_strict, repo_root,
-    unset_images, IMAGE_PLACEHOLDER,
+    unset_images, AGENT_DIRS, IMAGE_PLACEHOLDER,
 };
 use serde_json::Value;
-
-/// Every directory that renders the node agent.
-const AGENT_DIRS: &[&str] = &[
-    "base",
-    "overlays/containerd",
-    "overlays/containerd-shim",
-    "overlays/nvidia-operator",
-    "overlays/device-plugin",
-    "overlays/dra",
-];
 
 /// The site's registry in these tests: `.test` is reserved (RFC 6761), no real host.
 const SITE_IMAGE: &str = "site.registry.test/gpuslice";

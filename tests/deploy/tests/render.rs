@@ -413,9 +413,10 @@ fn the_nvidia_overlay_removes_the_host_library_path() {
     let objs = render_strict(&kubectl, "overlays/nvidia-operator");
     let ds = objects(&objs, "DaemonSet")[0];
     let spec = &ds["spec"]["template"]["spec"];
-    assert!(named(&spec["volumes"], "driver-lib").is_none());
+    assert!(named(&spec["volumes"], "driver-root").is_none());
     let arb = named(&spec["containers"], "arbiter").unwrap();
     let env = env_of(arb);
+    assert!(!env.contains_key("GPUSLICE_DRIVER_ROOT"));
     assert!(!env.contains_key("GPUSLICE_NVML_LIBRARY"));
     assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], "all");
     assert_eq!(arb["securityContext"]["allowPrivilegeEscalation"], false);
