@@ -2,6 +2,7 @@
 //! suite installs ([`kubectl`]), rendering a Kustomize directory ([`render`]), and the strict
 //! check of every rendered object against the Kubernetes API types ([`strict::check`]).
 
+pub mod servicemonitor;
 pub mod strict;
 
 use std::collections::BTreeMap;

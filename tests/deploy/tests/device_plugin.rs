@@ -177,8 +177,10 @@ fn device_plugin_example_pod_becomes_a_16gi_40_percent_high_slice_on_one_gpu() {
         return;
     };
     let objs = render_strict(&kubectl, "examples/device-plugin");
-    assert_eq!(objs.len(), 1);
-    let pod: Pod = serde_json::from_value(objs[0].clone()).unwrap();
+    // The Pod and the ConfigMap with its train.py (tests/examples_run.rs checks the script).
+    assert_eq!(objs.len(), 2);
+    assert_eq!(objects(&objs, "ConfigMap").len(), 1);
+    let pod: Pod = serde_json::from_value(objects(&objs, "Pod")[0].clone()).unwrap();
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(spec.runtime_class_name.as_deref(), Some("gpuslice"));
     let limits = spec.containers[0]

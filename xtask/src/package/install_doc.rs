@@ -115,6 +115,16 @@ const TESTED: &[Tested] = &[
         evidence: "fn the_documented_site_overlay_sets_every_container_of_every_mode()",
     },
     Tested {
+        command: "kubectl apply -k packaging/kubernetes/examples/dra",
+        test: "tests/deploy/tests/dra.rs",
+        evidence: "render_strict(&kubectl, \"examples/dra\")",
+    },
+    Tested {
+        command: "kubectl apply -k packaging/kubernetes/examples/device-plugin",
+        test: "tests/deploy/tests/device_plugin.rs",
+        evidence: "render_strict(&kubectl, \"examples/device-plugin\")",
+    },
+    Tested {
         command: "kubectl apply -k packaging/kubernetes/examples",
         test: "tests/deploy/src/lib.rs",
         evidence: ".arg(\"kustomize\")",
