@@ -170,6 +170,7 @@ pub const AGENT_DIRS: &[&str] = &[
     "base",
     "overlays/containerd",
     "overlays/containerd-shim",
+    "overlays/k3s",
     "overlays/nvidia-operator",
     "overlays/device-plugin",
     "overlays/dra",
@@ -215,6 +216,31 @@ pub fn unset_images(all: &[Value]) -> Vec<String> {
         })
         .map(|(at, image)| format!("{at}: {image}"))
         .collect()
+}
+
+/// Lays out a site overlay as docs/kubernetes.md does, in a fresh temporary directory:
+/// `gpuslice` (a link to this checkout) and `my-gpuslice/kustomization.yaml` = `site` (whose
+/// paths start `../gpuslice/packaging/kubernetes/`); returns the `my-gpuslice` directory.
+/// (kustomize takes no absolute path as a base, so the layout is real.)
+pub fn write_site_dir(site: &Value, tag: &str) -> PathBuf {
+    let top = std::env::temp_dir().join(format!("gs-deploy-site-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&top);
+    std::fs::create_dir_all(top.join("my-gpuslice")).unwrap();
+    std::os::unix::fs::symlink(repo_root().canonicalize().unwrap(), top.join("gpuslice")).unwrap();
+    std::fs::write(
+        top.join("my-gpuslice/kustomization.yaml"),
+        serde_json::to_string_pretty(site).unwrap(),
+    )
+    .unwrap();
+    top.join("my-gpuslice")
+}
+
+/// Renders the site at `path` (from [`write_site_dir`]) and removes its temporary directory;
+/// panics with kubectl's message on failure.
+pub fn render_site(kubectl: &Path, path: &Path) -> Vec<Value> {
+    let objs = render(kubectl, path);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    objs.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A JSON string's text ("" for anything else).

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use gpuslice_deploy_tests::{
-    container_images, kubectl_or_skip, kubernetes_dir, render, render_strict, repo_root,
-    unset_images, AGENT_DIRS, IMAGE_PLACEHOLDER,
+    container_images, kubectl_or_skip, kubernetes_dir, render, render_site, render_strict,
+    repo_root, unset_images, write_site_dir, AGENT_DIRS, IMAGE_PLACEHOLDER,
 };
 use serde_json::Value;
 
@@ -66,33 +66,10 @@ fn documented_site_overlay() -> Value {
     serde_yaml_ng::from_str(block).expect("the site overlay block is YAML")
 }
 
-/// Lays out the docs' directories in a fresh temporary one — `gpuslice` (a link to this
-/// checkout) and `my-gpuslice/kustomization.yaml` = `site` with its one resource set to
-/// `../gpuslice/packaging/kubernetes/<dir>` — and returns the site directory. (kustomize takes
-/// no absolute path as a base.)
+/// [`write_site_dir`] of `site` with its one resource the overlay `dir`.
 fn write_site(mut site: Value, dir: &str, tag: &str) -> PathBuf {
     site["resources"] = serde_json::json!([format!("../gpuslice/packaging/kubernetes/{dir}")]);
-    let top = std::env::temp_dir().join(format!(
-        "gs-deploy-site-{}-{tag}-{}",
-        std::process::id(),
-        dir.replace('/', "-")
-    ));
-    let _ = std::fs::remove_dir_all(&top);
-    std::fs::create_dir_all(top.join("my-gpuslice")).unwrap();
-    std::os::unix::fs::symlink(repo_root().canonicalize().unwrap(), top.join("gpuslice")).unwrap();
-    std::fs::write(
-        top.join("my-gpuslice/kustomization.yaml"),
-        serde_json::to_string_pretty(&site).unwrap(),
-    )
-    .unwrap();
-    top.join("my-gpuslice")
-}
-
-/// Renders the site at `path` (from [`write_site`]) and removes its temporary directory.
-fn render_site(kubectl: &std::path::Path, path: &std::path::Path) -> Vec<Value> {
-    let objs = render(kubectl, path).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
-    objs
+    write_site_dir(&site, &format!("{tag}-{}", dir.replace('/', "-")))
 }
 
 #[test]

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use gpuslice_api::{Config, MemoryRequest, Priority};
 use gpuslice_deploy_tests::{
-    kubectl_or_skip, kubernetes_dir, objects, render, render_strict, repo_root, s, strs,
-    IMAGE_PLACEHOLDER,
+    kubectl_or_skip, kubernetes_dir, objects, render, render_site, render_strict, repo_root, s,
+    strs, write_site_dir, IMAGE_PLACEHOLDER,
 };
 use gpuslice_oci::select::{select, Selection};
 use serde_json::Value;
@@ -391,6 +391,51 @@ fn containerd_shim_overlay_renders_and_follows_the_rules() {
         style: "shim",
         ..BASE
     });
+}
+
+#[test]
+fn k3s_overlay_renders_and_configures_k3s_own_containerd() {
+    check_rendering(&Expect {
+        dir: "overlays/k3s",
+        ..BASE
+    });
+    let Some(kubectl) = kubectl_or_skip("k3s overlay") else {
+        return;
+    };
+    let objs = render_strict(&kubectl, "overlays/k3s");
+    let spec = &objects(&objs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    let install = named(&spec["initContainers"], "install").unwrap();
+    let env = env_of(install);
+    let dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+    assert_eq!(
+        env["GPUSLICE_CONTAINERD_CONFIG"],
+        format!("{dir}/config.toml")
+    );
+    assert_eq!(
+        env["GPUSLICE_CONTAINERD_TEMPLATE"],
+        format!("{dir}/config.toml.tmpl")
+    );
+    assert_eq!(env["GPUSLICE_CONTAINERD_UNIT"], "k3s-agent");
+    // k3s's directory at the same path, and not the /etc/containerd k3s does not read.
+    let host = gpuslice_deploy_tests::host_mounts(spec, install);
+    assert_eq!(host.get(dir), Some(&(dir, false)));
+    assert!(!host.contains_key("/etc/containerd"), "{host:?}");
+    assert!(named(&spec["volumes"], "host-etc-containerd").is_none());
+    // The component works for the scheduler-aware modes too, from a site overlay.
+    let site = serde_json::json!({
+        "resources": ["../gpuslice/packaging/kubernetes/overlays/dra"],
+        "components": ["../gpuslice/packaging/kubernetes/components/k3s"],
+    });
+    let objs = render_site(&kubectl, &write_site_dir(&site, "dra-k3s"));
+    let spec = &objects(&objs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    assert!(named(&spec["containers"], "kubelet-plugin").is_some());
+    let install = named(&spec["initContainers"], "install").unwrap();
+    assert_eq!(env_of(install)["GPUSLICE_CONTAINERD_UNIT"], "k3s-agent");
+    let host = gpuslice_deploy_tests::host_mounts(spec, install);
+    assert!(
+        host.contains_key(dir) && !host.contains_key("/etc/containerd"),
+        "{host:?}"
+    );
 }
 
 #[test]
