@@ -92,8 +92,11 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
     }
-    if let Some(lib) = std::env::var_os("GPUSLICE_NVML_LIBRARY") {
-        config.nvml_library = Some(PathBuf::from(lib));
+    // GPUSLICE_NVML_LIBRARY, the config's nvml_library, or NVML found through the loader cache
+    // under GPUSLICE_DRIVER_ROOT (the node's / in a Kubernetes Pod, docs/kubernetes.md).
+    config.nvml_library = gpuslice_cdi::driver_root::nvml_library(config.nvml_library.as_deref())?;
+    if let Some(lib) = &config.nvml_library {
+        tracing::info!("NVML: {}", lib.display());
     }
     let inventory = NvmlInventory::open(config.nvml_library.as_deref())?;
     let devices = inventory.devices()?;

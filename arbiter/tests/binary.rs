@@ -1,6 +1,8 @@
 //! The `gpuslice-arbiter` binary: refuses clearly without a usable config or NVML, and — with the
 //! simulated NVML (`GPUSLICE_TEST_SIM_NVML`, else the simulator's library built beside it) —
 //! serves the protocol, survives being killed and restarted, and stops in order on SIGTERM.
+//! With `GPUSLICE_DRIVER_ROOT` it finds NVML through the root's loader cache (one written by
+//! the real `ldconfig -r` over a RHEL-like root) or refuses, naming the root and the fix.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -239,5 +241,148 @@ fn sigterm_logs_removes_the_socket_and_exits_0() {
     let _d = spawn(&lib, &dir);
     let r = call(&sock, r#"{"version":1,"op":"status"}"#);
     assert_eq!(r["slices"][0]["slice_id"], "keep", "{r}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The arbiter with `GPUSLICE_DRIVER_ROOT=root` (the Kubernetes manifests: the node's `/` at
+/// `/host`) and no NVML named: it finds NVML through the root's loader cache.
+fn arbiter_in_root(dir: &Path, root: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.args([
+        "--state-dir",
+        dir.to_str().unwrap(),
+        "--config",
+        "/dev/null",
+    ])
+    .env("GPUSLICE_DRIVER_ROOT", root)
+    .env_remove("GPUSLICE_NVML_LIBRARY")
+    .env("GPUSLICE_SIM_STATE", dir.join("sim-state"))
+    .env_remove("RUST_LOG");
+    c
+}
+
+#[test]
+fn a_driver_root_without_nvml_stops_the_arbiter_with_the_fix() {
+    let dir = tmp("root-none");
+    let root = dir.join("node");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    let out = arbiter_in_root(&dir, &root).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "libnvidia-ml.so.1 not found under driver root {}",
+            root.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("set GPUSLICE_DRIVER_ROOT"), "{err}");
+    assert!(!dir.join("arbiter.sock").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Writes `<root>/etc/ld.so.cache` for `dir` (the directory `ld.so.conf` lists) with glibc's own
+/// `ldconfig -r`, as on a node; where it cannot chroot (not root), with the cdi crate's encoder
+/// of the same format, listing `dir/libnvidia-ml.so.1` (said on stderr).
+fn write_cache(root: &Path, dir: &str) {
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::write(root.join("etc/ld.so.conf"), format!("{dir}\n")).unwrap();
+    let ldconfig = ["/usr/sbin/ldconfig", "/sbin/ldconfig"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let ok = ldconfig.is_some_and(|l| {
+        Command::new(l)
+            .arg("-r")
+            .arg(root)
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !ok {
+        eprintln!("NOTE: no ldconfig -r here (not root?): the cache is written by ldcache::encode");
+        let flags = if cfg!(target_arch = "aarch64") {
+            0x0a03
+        } else {
+            0x0303
+        };
+        let path = format!("{dir}/libnvidia-ml.so.1");
+        let img = gpuslice_cdi::ldcache::encode(&[("libnvidia-ml.so.1", &path, flags)]);
+        std::fs::write(root.join("etc/ld.so.cache"), img).unwrap();
+    }
+}
+
+/// Starts the arbiter with `GPUSLICE_DRIVER_ROOT=root` and checks it serves with `real` as its
+/// NVML.
+fn serves_with_nvml_from(dir: &Path, root: &Path, real: &Path) {
+    let log = dir.join("arbiter.log");
+    let mut child = arbiter_in_root(dir, root)
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .unwrap();
+    let sock = dir.join("arbiter.sock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while UnixStream::connect(&sock).is_err() {
+        let exited = child.try_wait().unwrap();
+        if exited.is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "arbiter did not serve ({exited:?}): {}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!("NVML: {}", real.display())),
+        "{text}"
+    );
+}
+
+#[test]
+fn nvml_is_found_through_the_loader_cache_of_a_rhel_like_root() {
+    let Some(lib) = sim_nvml() else { return };
+    let dir = tmp("root-rhel");
+    let root = dir.join("node");
+    let lib64 = root.join("usr/lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    std::os::unix::fs::symlink("usr/lib64", root.join("lib64")).unwrap();
+    let real = lib64.join("libnvidia-ml.so.570.86.15");
+    std::fs::copy(&lib, &real).unwrap();
+    std::os::unix::fs::symlink("libnvidia-ml.so.570.86.15", lib64.join("libnvidia-ml.so.1"))
+        .unwrap();
+    write_cache(&root, "/usr/lib64");
+    serves_with_nvml_from(&dir, &root, &real);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn nvml_is_found_through_debians_alternatives_links_inside_the_root() {
+    // Debian's driver packages: libnvidia-ml.so.1 -> /etc/alternatives/… -> …/nvidia/current/…,
+    // absolute links that name the node's paths, not the container's.
+    let Some(lib) = sim_nvml() else { return };
+    let dir = tmp("root-debian");
+    let root = dir.join("node");
+    let multiarch = "/usr/lib/x86_64-linux-gnu";
+    let current = root.join(&multiarch[1..]).join("nvidia/current");
+    std::fs::create_dir_all(&current).unwrap();
+    std::fs::create_dir_all(root.join("etc/alternatives")).unwrap();
+    let real = current.join("libnvidia-ml.so.535.216.01");
+    std::fs::copy(&lib, &real).unwrap();
+    std::os::unix::fs::symlink(
+        "libnvidia-ml.so.535.216.01",
+        current.join("libnvidia-ml.so.1"),
+    )
+    .unwrap();
+    let alt = "/etc/alternatives/nvidia--libnvidia-ml.so.1-x86_64-linux-gnu";
+    std::os::unix::fs::symlink(
+        format!("{multiarch}/nvidia/current/libnvidia-ml.so.1"),
+        root.join(&alt[1..]),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(alt, root.join(&multiarch[1..]).join("libnvidia-ml.so.1")).unwrap();
+    write_cache(&root, multiarch);
+    serves_with_nvml_from(&dir, &root, &real);
     let _ = std::fs::remove_dir_all(dir);
 }

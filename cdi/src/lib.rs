@@ -6,6 +6,7 @@
 //! crate and written atomically. Reference: `docs/cdi.md`.
 
 pub mod discover;
+pub mod driver_root;
 pub mod ldcache;
 pub mod spec;
 

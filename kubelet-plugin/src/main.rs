@@ -123,9 +123,8 @@ fn main() -> Result<()> {
     // Before NVML or the async runtime: capabilities are per thread (docs/privileges.md).
     gpuslice_kubelet_plugin::privileges::drop_all().context("dropping capabilities")?;
     let config = &settings.config;
-    let nvml = std::env::var_os("GPUSLICE_NVML_LIBRARY")
-        .map(PathBuf::from)
-        .or_else(|| config.nvml_library.clone());
+    // As the arbiter: GPUSLICE_NVML_LIBRARY, the config's, or the driver root's loader cache.
+    let nvml = gpuslice_cdi::driver_root::nvml_library(config.nvml_library.as_deref())?;
     let gpus: Arc<dyn GpuSource> = Arc::new(NvmlGpus::open(nvml.as_deref())?);
     // The arbiter's charge: its measured context footprint (capacity.rs).
     let policy: Policy =

@@ -252,3 +252,29 @@ fn binary_republishes_within_5_s_after_a_kubelet_restart() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn a_driver_root_without_nvml_stops_the_plugin_naming_the_root() {
+    // The manifests give the plugin the node's / as GPUSLICE_DRIVER_ROOT, no NVML path: NVML is
+    // found through that root's loader cache (gpuslice_cdi::driver_root), or the plugin stops.
+    let root = std::env::temp_dir().join(format!("gs-kp-driver-root-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("node/etc")).unwrap();
+    let out = plugin(Path::new("unused"), &root, &root.join("kubeconfig"))
+        .env_remove("GPUSLICE_NVML_LIBRARY")
+        .env("GPUSLICE_DRIVER_ROOT", root.join("node"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "libnvidia-ml.so.1 not found under driver root {}",
+            root.join("node").display()
+        )),
+        "{err}"
+    );
+    // Stopped before registering with kubelet.
+    assert!(!root.join("plugins_registry/gpuslice.io-reg.sock").exists());
+    let _ = std::fs::remove_dir_all(&root);
+}

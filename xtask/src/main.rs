@@ -20,6 +20,7 @@ mod dist;
 mod fuzz;
 mod gen_procaddr;
 mod gpu_kit;
+mod image;
 mod package;
 mod shell;
 mod simenv;
@@ -42,6 +43,22 @@ struct Cli {
 enum Command {
     /// Build release binaries and lay out target/dist/ (usr/bin, usr/lib/gpuslice, sim/).
     Dist,
+    /// Build the node image (packaging/kubernetes) as an OCI archive: a base image's OCI
+    /// layout plus the dist tree's usr/bin and usr/lib/gpuslice, no container engine needed.
+    Image {
+        /// The base image as an OCI layout directory (`skopeo copy docker://… oci:DIR`).
+        #[arg(long)]
+        base: std::path::PathBuf,
+        /// The dist tree [default: target/dist, from `cargo xtask dist`].
+        #[arg(long)]
+        dist: Option<std::path::PathBuf>,
+        /// The archive to write [default: target/gpuslice-image.tar].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The reference name in the archive's index.
+        #[arg(long, default_value = env!("CARGO_PKG_VERSION"))]
+        tag: String,
+    },
     /// Build the Debian package gpuslice_<version>_<arch>.deb into <target>/packages/.
     Package {
         /// Use this dist tree instead of building one with `cargo xtask dist`.
@@ -109,6 +126,17 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Dist => dist::run().map(|_| ()),
         Command::Package { dist } => package::run(dist.as_deref()).map(|_| ()),
+        Command::Image {
+            base,
+            dist,
+            out,
+            tag,
+        } => image::run(&image::Options {
+            base,
+            dist: dist.unwrap_or_else(|| shell::target_dir().join("dist")),
+            out: out.unwrap_or_else(|| shell::target_dir().join("gpuslice-image.tar")),
+            tag,
+        }),
         Command::Test { list, suites } => suites::run(list, &suites),
         Command::Bench { list, name, args } => bench::run(list, name.as_deref(), &args),
         Command::Demo { sim } => demo::run(sim),

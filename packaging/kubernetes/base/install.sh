@@ -10,7 +10,11 @@
 #     ($GPUSLICE_SHIM_LINK_DIR, the containerd-shim overlay);
 #  4. runs `gpuslice configure containerd` on the node's containerd config (hostPath
 #     /etc/containerd at the same path), with --runtime-path naming the installed runtime;
-#  5. restarts containerd only when its configuration changed ($GPUSLICE_RESTART=systemd:
+#  5. k3s / RKE2 ($GPUSLICE_CONTAINERD_TEMPLATE, e.g. /var/lib/rancher/k3s/agent/etc/containerd/
+#     config.toml.tmpl): they regenerate config.toml from a template at every start, which would
+#     drop step 4's `imports` line; a template that is k3s's own base plus that line is written
+#     (an existing template that lacks it is refused, never rewritten);
+#  6. restarts containerd only when its configuration changed ($GPUSLICE_RESTART=systemd:
 #     `systemctl restart` in the host's mount namespace through nsenter; none: print the step).
 # Running containers are not disturbed by a containerd restart (their shims keep running).
 set -eu
@@ -25,6 +29,9 @@ UNIT=${GPUSLICE_CONTAINERD_UNIT:-containerd}
 SHIM_LINK_DIR=${GPUSLICE_SHIM_LINK_DIR:-}
 CONFIG_SRC=${GPUSLICE_CONFIG_SOURCE:-/etc/gpuslice-config/config.toml}
 CONFIG_DST=${GPUSLICE_CONFIG_TARGET:-/etc/gpuslice/config.toml}
+TEMPLATE=${GPUSLICE_CONTAINERD_TEMPLATE:-}
+# The drop-in `gpuslice configure containerd` writes and lists in `imports` (its default).
+DROP_IN="$(dirname "$CONF")/conf.d/gpuslice.toml"
 
 log() { echo "gpuslice-install: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -44,6 +51,12 @@ case "$STYLE" in binary-name|shim) ;; *) die "GPUSLICE_CONTAINERD_STYLE=$STYLE (
 case "$RESTART" in systemd|none) ;; *) die "GPUSLICE_RESTART=$RESTART (systemd or none)" ;; esac
 if [ -n "$SHIM_LINK_DIR" ] && [ ! -d "$SHIM_LINK_DIR" ]; then
     die "GPUSLICE_SHIM_LINK_DIR=$SHIM_LINK_DIR is not a directory"
+fi
+if [ -n "$TEMPLATE" ]; then
+    [ -d "$(dirname "$TEMPLATE")" ] || die "GPUSLICE_CONTAINERD_TEMPLATE=$TEMPLATE: its directory does not exist"
+    if [ -f "$TEMPLATE" ] && ! grep -qF "\"$DROP_IN\"" "$TEMPLATE"; then
+        die "$TEMPLATE exists and does not import $DROP_IN: add the line imports = [\"$DROP_IN\"] before its first table (gpuslice does not rewrite a template it did not write)"
+    fi
 fi
 BINARIES="gpuslice gpuslice-arbiter gpuslice-hook gpuslice-runtime containerd-shim-gpuslice-v2"
 # Everything is checked before anything is written.
@@ -72,14 +85,27 @@ if [ -n "$SHIM_LINK_DIR" ]; then
 fi
 
 # 4. containerd
-snapshot() { cat "$CONF" "$(dirname "$CONF")/conf.d/gpuslice.toml" 2>/dev/null | cksum; }
+snapshot() { cat "$CONF" "$DROP_IN" 2>/dev/null | cksum; }
 before=$(snapshot)
 # shellcheck disable=SC2086 # EXTRA is a list of options
 "$PREFIX/bin/gpuslice" configure containerd --file "$CONF" --style "$STYLE" \
     --runtime-path "$PREFIX/bin/gpuslice-runtime" $EXTRA
 after=$(snapshot)
 
-# 5. restart when changed
+# 5. k3s / RKE2: keep the import across their regeneration of config.toml. The base template
+# starts with `version = …`: a top-level key before it stays top-level.
+if [ -n "$TEMPLATE" ] && [ ! -f "$TEMPLATE" ]; then
+    {
+        echo "# Written by gpuslice-install: $(basename "$CONF") is generated from this template at"
+        echo "# every start; it is the built-in base plus the import of gpuslice's drop-in."
+        echo "imports = [\"$DROP_IN\"]"
+        echo '{{ template "base" . }}'
+    } > "$TEMPLATE.gpuslice-new"
+    mv -f "$TEMPLATE.gpuslice-new" "$TEMPLATE"
+    log "wrote $TEMPLATE"
+fi
+
+# 6. restart when changed
 if [ "$before" = "$after" ]; then
     log "containerd configuration unchanged: no restart"
 elif [ "$RESTART" = systemd ]; then

@@ -2,6 +2,7 @@
 //! suite installs ([`kubectl`]), rendering a Kustomize directory ([`render`]), and the strict
 //! check of every rendered object against the Kubernetes API types ([`strict::check`]).
 
+pub mod servicemonitor;
 pub mod strict;
 
 use std::collections::BTreeMap;
@@ -164,6 +165,84 @@ pub fn render_strict(kubectl: &Path, dir: &str) -> Vec<Value> {
     objs
 }
 
+/// Every directory of `packaging/kubernetes` that renders the node agent (base and overlays).
+pub const AGENT_DIRS: &[&str] = &[
+    "base",
+    "overlays/containerd",
+    "overlays/containerd-shim",
+    "overlays/k3s",
+    "overlays/nvidia-operator",
+    "overlays/device-plugin",
+    "overlays/dra",
+];
+
+/// The node image every manifest names: a placeholder in the reserved `.invalid` domain (RFC
+/// 6761: never resolves, so never pulls anyone's image). The operator's site overlay replaces it
+/// with one `images:` entry (docs/kubernetes.md, "The node image").
+pub const IMAGE_PLACEHOLDER: &str = "registry.example.invalid/gpuslice";
+
+/// Every container (init and main) of every Pod template and Pod: (`Kind/name/container`, image).
+pub fn container_images(all: &[Value]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for o in all {
+        let spec = match s(&o["kind"]) {
+            "Pod" => &o["spec"],
+            _ => &o["spec"]["template"]["spec"],
+        };
+        for list in ["initContainers", "containers"] {
+            for c in spec[list].as_array().into_iter().flatten() {
+                let at = format!(
+                    "{}/{}/{}",
+                    s(&o["kind"]),
+                    s(&o["metadata"]["name"]),
+                    s(&c["name"])
+                );
+                out.push((at, s(&c["image"]).to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// The containers whose image is still the unset placeholder (tagged or not): applying such a
+/// rendering gives Pods that can never start. Empty when the site overlay set the image.
+pub fn unset_images(all: &[Value]) -> Vec<String> {
+    container_images(all)
+        .into_iter()
+        .filter(|(_, image)| {
+            image == IMAGE_PLACEHOLDER
+                || image.starts_with(&format!("{IMAGE_PLACEHOLDER}:"))
+                || image.starts_with(&format!("{IMAGE_PLACEHOLDER}@"))
+        })
+        .map(|(at, image)| format!("{at}: {image}"))
+        .collect()
+}
+
+/// Lays out a site overlay as docs/kubernetes.md does, in a fresh temporary directory:
+/// `gpuslice` (a link to this checkout) and `my-gpuslice/kustomization.yaml` = `site` (whose
+/// paths start `../gpuslice/packaging/kubernetes/`); returns the `my-gpuslice` directory.
+/// (kustomize takes no absolute path as a base, so the layout is real.)
+pub fn write_site_dir(site: &Value, tag: &str) -> PathBuf {
+    let top = std::env::temp_dir().join(format!("gs-deploy-site-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&top);
+    std::fs::create_dir_all(top.join("my-gpuslice")).unwrap();
+    std::os::unix::fs::symlink(repo_root().canonicalize().unwrap(), top.join("gpuslice")).unwrap();
+    std::fs::write(
+        top.join("my-gpuslice/kustomization.yaml"),
+        serde_json::to_string_pretty(site).unwrap(),
+    )
+    .unwrap();
+    top.join("my-gpuslice")
+}
+
+/// Renders the site at `path` (from [`write_site_dir`]) and removes its temporary directory;
+/// panics with kubectl's message on failure.
+pub fn render_site(kubectl: &Path, path: &Path) -> Vec<Value> {
+    let objs = render(kubectl, path);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    objs.unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// A JSON string's text ("" for anything else).
 pub fn s(v: &Value) -> &str {
     v.as_str().unwrap_or("")
@@ -233,6 +312,33 @@ mod tests {
         assert!(
             err.to_string().contains("output document 1 is not YAML"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn placeholder_images_are_found_in_every_container_list_and_set_ones_pass() {
+        let ds = |image: &str| {
+            serde_json::json!({"kind": "DaemonSet", "metadata": {"name": "d"}, "spec": {"template":
+                {"spec": {"initContainers": [{"name": "i", "image": image}],
+                          "containers": [{"name": "c", "image": "site.registry.test/gpuslice:1"}]}}}})
+        };
+        for unset in [
+            IMAGE_PLACEHOLDER.to_string(),
+            format!("{IMAGE_PLACEHOLDER}:0.1.0"),
+            format!("{IMAGE_PLACEHOLDER}@sha256:00"),
+        ] {
+            assert_eq!(
+                unset_images(&[ds(&unset)]),
+                [format!("DaemonSet/d/i: {unset}")]
+            );
+        }
+        // A name that merely starts with the placeholder's text is someone's real repository.
+        assert!(unset_images(&[ds(&format!("{IMAGE_PLACEHOLDER}-mirror/x:1"))]).is_empty());
+        let pod = serde_json::json!({"kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": IMAGE_PLACEHOLDER}]}});
+        assert_eq!(
+            unset_images(&[pod]),
+            [format!("Pod/p/c: {IMAGE_PLACEHOLDER}")]
         );
     }
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::resource::v1::{
@@ -70,6 +70,10 @@ pub fn check(obj: &Value) -> Result<Value, StrictError> {
         ("v1", "ServiceAccount") => round_trip::<ServiceAccount>(obj),
         ("v1", "ConfigMap") => round_trip::<ConfigMap>(obj),
         ("v1", "Pod") => round_trip::<Pod>(obj),
+        ("v1", "Service") => round_trip::<Service>(obj),
+        ("monitoring.coreos.com/v1", "ServiceMonitor") => {
+            round_trip::<crate::servicemonitor::ServiceMonitor>(obj)
+        }
         ("apps/v1", "DaemonSet") => round_trip::<DaemonSet>(obj),
         ("node.k8s.io/v1", "RuntimeClass") => round_trip::<RuntimeClass>(obj),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(obj),
@@ -194,11 +198,35 @@ mod tests {
             "{:?}",
             check(&p)
         );
-        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}});
+        let ep = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "s"}});
         assert_eq!(
-            check(&svc).unwrap_err().to_string(),
-            "v1 Service s: kind not known to the strict check"
+            check(&ep).unwrap_err().to_string(),
+            "v1 Endpoints s: kind not known to the strict check"
         );
+        // The ServiceMonitor CRD's constraints: a misspelt field, a bad enum, a bad duration.
+        let sm = |endpoint: Value| {
+            json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+                   "metadata": {"name": "m"},
+                   "spec": {"selector": {"matchLabels": {"a": "b"}}, "endpoints": [endpoint]}})
+        };
+        check(&sm(
+            json!({"port": "metrics", "interval": "30s", "scheme": "http"}),
+        ))
+        .unwrap();
+        assert!(check(&sm(json!({"port": "metrics", "intervall": "30s"})))
+            .unwrap_err()
+            .to_string()
+            .contains(".spec.endpoints[0].intervall: unknown field"));
+        for bad in [
+            json!({"interval": "30"}),
+            json!({"scheme": "ftp"}),
+            json!({"relabelings": [{"action": "Replace"}]}),
+        ] {
+            assert!(
+                matches!(check(&sm(bad.clone())), Err(StrictError::Shape { .. })),
+                "{bad}"
+            );
+        }
         // A field one level too deep (RuntimeClass has no spec): dropped, and the required
         // `handler` the type then fills in with "" shows up as added.
         let rc = json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",

@@ -15,6 +15,7 @@ use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
 use gpuslice_deploy_tests::{
     doc_section, host_mounts, kubectl_or_skip, named, objects, render_strict, repo_root, s, strs,
+    IMAGE_PLACEHOLDER,
 };
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::units::{units_of, UnitPolicy};
@@ -70,7 +71,7 @@ fn device_plugin_overlay_renders_and_mounts_only_the_device_plugin_directory() {
     let plugin = named(&spec["containers"], "device-plugin");
     let arbiter = named(&spec["containers"], "arbiter");
     assert_eq!(plugin["image"], arbiter["image"]);
-    assert!(s(&plugin["image"]).starts_with("gpuslice/gpuslice:"));
+    assert_eq!(s(&plugin["image"]), IMAGE_PLACEHOLDER);
     let cmd = strs(&plugin["command"]);
     assert_eq!(cmd[0], "/usr/bin/gpuslice-kubelet-plugin");
     assert!(cmd.contains(&"--mode=device-plugin"), "{cmd:?}");
@@ -103,14 +104,14 @@ fn device_plugin_overlay_renders_and_mounts_only_the_device_plugin_directory() {
             "hostPath {p} of device-plugin has no device-plugin row in docs/privileges.md's gpuslice-kubelet-plugin table"
         );
     }
-    let lib = "/usr/lib/x86_64-linux-gnu";
+    let lib = "/";
     assert_eq!(
         host.keys().copied().collect::<Vec<_>>(),
-        ["/run/gpuslice", lib, "/var/lib/kubelet/device-plugins"]
+        [lib, "/run/gpuslice", "/var/lib/kubelet/device-plugins"]
     );
     for (p, (inside, ro)) in &host {
         if *p == lib {
-            assert_eq!((*inside, *ro), ("/host/driver-lib", true));
+            assert_eq!((*inside, *ro), ("/host", true));
         } else {
             assert_eq!((inside, *ro), (p, false), "{p}");
         }
@@ -176,8 +177,10 @@ fn device_plugin_example_pod_becomes_a_16gi_40_percent_high_slice_on_one_gpu() {
         return;
     };
     let objs = render_strict(&kubectl, "examples/device-plugin");
-    assert_eq!(objs.len(), 1);
-    let pod: Pod = serde_json::from_value(objs[0].clone()).unwrap();
+    // The Pod and the ConfigMap with its train.py (tests/examples_run.rs checks the script).
+    assert_eq!(objs.len(), 2);
+    assert_eq!(objects(&objs, "ConfigMap").len(), 1);
+    let pod: Pod = serde_json::from_value(objects(&objs, "Pod")[0].clone()).unwrap();
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(spec.runtime_class_name.as_deref(), Some("gpuslice"));
     let limits = spec.containers[0]

@@ -14,6 +14,7 @@ use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
 use gpuslice_deploy_tests::{
     doc_section, host_mounts, kubectl_or_skip, named, objects, render_strict, repo_root, s, strs,
+    IMAGE_PLACEHOLDER,
 };
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
 use gpuslice_kubelet_plugin::claim::ClaimRef;
@@ -147,10 +148,11 @@ fn dra_overlay_renders_and_follows_the_rules() {
         .collect();
     assert_eq!(mains, BTreeSet::from(["arbiter", "kubelet-plugin"]));
     let plugin = named(&spec["containers"], "kubelet-plugin");
-    // The same image as the arbiter (the overlay's images: entry keeps them together).
+    // The same image as the arbiter (the site overlay's one images: entry sets both).
     let arbiter = named(&spec["containers"], "arbiter");
-    assert!(
-        s(&plugin["image"]).starts_with("gpuslice/gpuslice:"),
+    assert_eq!(
+        s(&plugin["image"]),
+        IMAGE_PLACEHOLDER,
         "{}",
         plugin["image"]
     );
@@ -185,12 +187,12 @@ fn dra_overlay_renders_and_follows_the_rules() {
             "hostPath {p} of kubelet-plugin has no row in docs/privileges.md's gpuslice-kubelet-plugin section"
         );
     }
-    let lib = "/usr/lib/x86_64-linux-gnu";
+    let lib = "/";
     assert_eq!(
         host.keys().copied().collect::<Vec<_>>(),
         [
-            "/run/gpuslice",
             lib,
+            "/run/gpuslice",
             "/var/lib/kubelet/plugins/gpuslice.io",
             "/var/lib/kubelet/plugins_registry",
             "/var/run/cdi",
@@ -198,7 +200,7 @@ fn dra_overlay_renders_and_follows_the_rules() {
     );
     for (p, (inside, ro)) in &host {
         if *p == lib {
-            assert_eq!((*inside, *ro), ("/host/driver-lib", true));
+            assert_eq!((*inside, *ro), ("/host", true));
         } else {
             assert_eq!(inside, p, "{p} is mounted at {inside}");
         }

@@ -252,3 +252,114 @@ fn bad_settings_and_a_broken_image_are_refused() {
         "partly installed from a broken image"
     );
 }
+
+/// k3s's containerd directory in the fake host, holding the config k3s generated (the k3s-style
+/// fixture of the configure tests: version 2, k3s's root, state, socket and CNI paths).
+fn k3s_dir(h: &Host) -> PathBuf {
+    let dir = h.dir.join("var/lib/rancher/k3s/agent/etc/containerd");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), k3s_generated()).unwrap();
+    dir
+}
+
+fn k3s_generated() -> String {
+    let fixture = gpuslice_deploy_tests::repo_root()
+        .join("cli/tests/fixtures/configure/containerd-k3s-v2.toml");
+    std::fs::read_to_string(fixture).unwrap()
+}
+
+fn k3s_env(dir: &Path) -> Vec<(String, String)> {
+    vec![
+        (
+            "GPUSLICE_CONTAINERD_CONFIG".into(),
+            dir.join("config.toml").display().to_string(),
+        ),
+        (
+            "GPUSLICE_CONTAINERD_TEMPLATE".into(),
+            dir.join("config.toml.tmpl").display().to_string(),
+        ),
+        ("GPUSLICE_CONTAINERD_UNIT".into(), "k3s-agent".into()),
+    ]
+}
+
+fn run_k3s(h: &Host, dir: &Path) -> Output {
+    let env = k3s_env(dir);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.run(&env)
+}
+
+#[test]
+fn k3s_gets_a_template_that_keeps_the_import_when_config_is_regenerated() {
+    let h = Host::new("k3s");
+    let dir = k3s_dir(&h);
+    let o = run_k3s(&h, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let drop_in = dir.join("conf.d/gpuslice.toml");
+    let tmpl = std::fs::read_to_string(dir.join("config.toml.tmpl")).unwrap();
+    assert!(
+        tmpl.ends_with(&format!(
+            "imports = [\"{}\"]\n{{{{ template \"base\" . }}}}\n",
+            drop_in.display()
+        )),
+        "{tmpl}"
+    );
+    // k3s restarts as its own unit.
+    assert_eq!(h.lines("nsenter-calls")[6], "k3s-agent");
+    // What k3s generates from it at its next start (the base template expands to the file it
+    // generated before): valid TOML, `imports` at the top level, k3s's own settings intact.
+    let regenerated = tmpl.replace("{{ template \"base\" . }}", &k3s_generated());
+    let doc: toml::Table =
+        toml::from_str(&regenerated).unwrap_or_else(|e| panic!("{e}\n{regenerated}"));
+    assert_eq!(doc["version"].as_integer(), Some(2));
+    assert_eq!(
+        doc["imports"].as_array().unwrap()[0].as_str(),
+        Some(drop_in.to_str().unwrap())
+    );
+    assert_eq!(
+        doc["plugins"]["io.containerd.grpc.v1.cri"]["cni"]["bin_dir"].as_str(),
+        Some("/var/lib/rancher/k3s/data/current/bin")
+    );
+    // Second run: the template is ours and imports the drop-in: left as it is.
+    let o = run_k3s(&h, &dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("config.toml.tmpl")).unwrap(),
+        tmpl
+    );
+    assert!(!stderr(&o).contains("wrote"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_k3s_template_of_someone_else_is_refused_before_anything_is_written() {
+    let h = Host::new("k3s-foreign");
+    let dir = k3s_dir(&h);
+    let theirs = "{{ template \"base\" . }}\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n";
+    std::fs::write(dir.join("config.toml.tmpl"), theirs).unwrap();
+    let o = run_k3s(&h, &dir);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("config.toml.tmpl exists and does not import"),
+        "{err}"
+    );
+    assert!(err.contains("add the line imports = [\""), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("config.toml.tmpl")).unwrap(),
+        theirs
+    );
+    assert!(!h.dir.join("opt").exists(), "installed despite the refusal");
+    assert!(h.lines("configure-argv").is_empty());
+
+    // A template directory that does not exist (not a k3s node, or a mistyped path).
+    let o = h.run(&[(
+        "GPUSLICE_CONTAINERD_TEMPLATE",
+        "/nonexistent/k3s/config.toml.tmpl",
+    )]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("its directory does not exist"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!h.dir.join("opt").exists());
+}

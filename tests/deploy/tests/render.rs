@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use gpuslice_api::{Config, MemoryRequest, Priority};
 use gpuslice_deploy_tests::{
-    kubectl_or_skip, kubernetes_dir, objects, render, render_strict, repo_root, s, strs,
+    kubectl_or_skip, kubernetes_dir, objects, render, render_site, render_strict, repo_root, s,
+    strs, write_site_dir, IMAGE_PLACEHOLDER,
 };
 use gpuslice_oci::select::{select, Selection};
 use serde_json::Value;
@@ -209,8 +210,10 @@ fn check_rendering(e: &Expect) {
     // Images, resources, privileges.
     for c in &all {
         let name = s(&c["name"]);
-        assert!(
-            s(&c["image"]).starts_with("gpuslice/gpuslice:"),
+        // The placeholder, untagged: the site overlay's one `images:` entry sets it all.
+        assert_eq!(
+            s(&c["image"]),
+            IMAGE_PLACEHOLDER,
             "{dir}: {name} image {}",
             c["image"]
         );
@@ -391,6 +394,51 @@ fn containerd_shim_overlay_renders_and_follows_the_rules() {
 }
 
 #[test]
+fn k3s_overlay_renders_and_configures_k3s_own_containerd() {
+    check_rendering(&Expect {
+        dir: "overlays/k3s",
+        ..BASE
+    });
+    let Some(kubectl) = kubectl_or_skip("k3s overlay") else {
+        return;
+    };
+    let objs = render_strict(&kubectl, "overlays/k3s");
+    let spec = &objects(&objs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    let install = named(&spec["initContainers"], "install").unwrap();
+    let env = env_of(install);
+    let dir = "/var/lib/rancher/k3s/agent/etc/containerd";
+    assert_eq!(
+        env["GPUSLICE_CONTAINERD_CONFIG"],
+        format!("{dir}/config.toml")
+    );
+    assert_eq!(
+        env["GPUSLICE_CONTAINERD_TEMPLATE"],
+        format!("{dir}/config.toml.tmpl")
+    );
+    assert_eq!(env["GPUSLICE_CONTAINERD_UNIT"], "k3s-agent");
+    // k3s's directory at the same path, and not the /etc/containerd k3s does not read.
+    let host = gpuslice_deploy_tests::host_mounts(spec, install);
+    assert_eq!(host.get(dir), Some(&(dir, false)));
+    assert!(!host.contains_key("/etc/containerd"), "{host:?}");
+    assert!(named(&spec["volumes"], "host-etc-containerd").is_none());
+    // The component works for the scheduler-aware modes too, from a site overlay.
+    let site = serde_json::json!({
+        "resources": ["../gpuslice/packaging/kubernetes/overlays/dra"],
+        "components": ["../gpuslice/packaging/kubernetes/components/k3s"],
+    });
+    let objs = render_site(&kubectl, &write_site_dir(&site, "dra-k3s"));
+    let spec = &objects(&objs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    assert!(named(&spec["containers"], "kubelet-plugin").is_some());
+    let install = named(&spec["initContainers"], "install").unwrap();
+    assert_eq!(env_of(install)["GPUSLICE_CONTAINERD_UNIT"], "k3s-agent");
+    let host = gpuslice_deploy_tests::host_mounts(spec, install);
+    assert!(
+        host.contains_key(dir) && !host.contains_key("/etc/containerd"),
+        "{host:?}"
+    );
+}
+
+#[test]
 fn nvidia_operator_overlay_renders_and_follows_the_rules() {
     check_rendering(&Expect {
         dir: "overlays/nvidia-operator",
@@ -410,9 +458,10 @@ fn the_nvidia_overlay_removes_the_host_library_path() {
     let objs = render_strict(&kubectl, "overlays/nvidia-operator");
     let ds = objects(&objs, "DaemonSet")[0];
     let spec = &ds["spec"]["template"]["spec"];
-    assert!(named(&spec["volumes"], "driver-lib").is_none());
+    assert!(named(&spec["volumes"], "driver-root").is_none());
     let arb = named(&spec["containers"], "arbiter").unwrap();
     let env = env_of(arb);
+    assert!(!env.contains_key("GPUSLICE_DRIVER_ROOT"));
     assert!(!env.contains_key("GPUSLICE_NVML_LIBRARY"));
     assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], "all");
     assert_eq!(arb["securityContext"]["allowPrivilegeEscalation"], false);

@@ -104,14 +104,25 @@ const TESTED: &[Tested] = &[
     },
     Tested {
         // Rendered offline, not applied (no cluster here): docs/install.md says so.
-        command: "kubectl kustomize packaging/kubernetes/overlays/containerd",
-        test: "tests/deploy/src/lib.rs",
-        evidence: ".arg(\"kustomize\")",
+        // The site overlay of docs/kubernetes.md ("The node image"), over every mode.
+        command: "kubectl kustomize my-gpuslice",
+        test: "tests/deploy/tests/image.rs",
+        evidence: "fn the_documented_site_overlay_sets_every_container_of_every_mode()",
     },
     Tested {
-        command: "kubectl apply -k packaging/kubernetes/overlays/containerd",
-        test: "tests/deploy/src/lib.rs",
-        evidence: ".arg(\"kustomize\")",
+        command: "kubectl apply -k my-gpuslice",
+        test: "tests/deploy/tests/image.rs",
+        evidence: "fn the_documented_site_overlay_sets_every_container_of_every_mode()",
+    },
+    Tested {
+        command: "kubectl apply -k packaging/kubernetes/examples/dra",
+        test: "tests/deploy/tests/dra.rs",
+        evidence: "render_strict(&kubectl, \"examples/dra\")",
+    },
+    Tested {
+        command: "kubectl apply -k packaging/kubernetes/examples/device-plugin",
+        test: "tests/deploy/tests/device_plugin.rs",
+        evidence: "render_strict(&kubectl, \"examples/device-plugin\")",
     },
     Tested {
         command: "kubectl apply -k packaging/kubernetes/examples",
