@@ -429,7 +429,7 @@ impl Node {
     }
 
     /// Whether the owner named by a [`RobustLock`] word is alive.
-    fn word_owner_alive(&self, word: u64) -> bool {
+    pub(crate) fn word_owner_alive(&self, word: u64) -> bool {
         let slot = (word & 0x7fff_ffff) as usize;
         if slot == 0 {
             return true;
@@ -455,20 +455,11 @@ impl Node {
     fn release_holdings(&self, s: usize, me: (u64, usize)) {
         let word = ((me.0 & 0xffff_ffff) << 32) | (1 << 31) | (me.1 as u64 + 1);
         for d in 0..self.cfg.devices.len() {
-            // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it;
-            // under the release lock, so `mem_used` never sees the slot zeroed with the device
-            // total not yet lowered (a reaper descheduled between the two made the device read
-            // one process too high under CPU load: issue 32, item 6).
-            let release =
-                RobustLock::acquire(self.shm.u64(L::dev(d, L::D_RELEASE_LOCK)), word, |w| {
-                    self.word_owner_alive(w)
-                });
-            let used = self
-                .shm
-                .u64(L::sdev(s, d, L::SD_USED))
-                .swap(0, Ordering::AcqRel);
-            sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), used);
-            drop(release);
+            // One step (`memtxn`): a reader never sees the slot zeroed with the device's total
+            // not yet lowered, and a reaper killed halfway leaves it for the next to finish.
+            let _ = self.mem_txn(d, s, Some(word), |dev, held| {
+                Ok::<_, ()>((dev.saturating_sub(held), 0, ()))
+            });
             self.shm
                 .u64(L::sdev(s, d, L::SD_CTX))
                 .store(0, Ordering::Relaxed);
@@ -527,7 +518,7 @@ impl Node {
     pub fn mem_used(&self, dev: u32) -> u64 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
         self.reap_dead();
-        let _release = self.lock(L::dev(d, L::D_RELEASE_LOCK));
+        let _mem = self.mem_lock(d, None);
         let gone = self.held_by_gone(d);
         let used = self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire);
         used.saturating_sub(gone)
@@ -555,18 +546,16 @@ impl Node {
             return Ok(());
         }
         let total = self.mem_total(dev);
-        let used = self.shm.u64(L::dev(d, L::D_USED));
         for attempt in 0..2 {
-            let r = used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-                cur.checked_add(bytes).filter(|&n| n <= total)
+            // The device's total and this slot's figure in one step (`memtxn`).
+            let r = self.mem_txn(d, s, None, |cur, mine| {
+                match cur.checked_add(bytes).filter(|&n| n <= total) {
+                    Some(n) => Ok((n, mine.saturating_add(bytes), ())),
+                    None => Err(cur),
+                }
             });
             match r {
-                Ok(_) => {
-                    self.shm
-                        .u64(L::sdev(s, d, L::SD_USED))
-                        .fetch_add(bytes, Ordering::AcqRel);
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 Err(cur) if attempt == 1 || self.reap_dead() == 0 => {
                     return Err(SimError::OutOfMemory {
                         dev,
@@ -585,14 +574,10 @@ impl Node {
     pub fn mem_free(&self, dev: u32, bytes: u64) {
         let Ok(d) = self.check_dev(dev) else { return };
         let Ok(s) = self.my_slot() else { return };
-        let mine = self.shm.u64(L::sdev(s, d, L::SD_USED));
-        let taken = match mine.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-            Some(cur - cur.min(bytes))
-        }) {
-            Ok(prev) => prev.min(bytes),
-            Err(_) => 0,
-        };
-        sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), taken);
+        let _ = self.mem_txn(d, s, None, |dev, mine| {
+            let taken = mine.min(bytes);
+            Ok::<_, ()>((dev.saturating_sub(taken), mine - taken, ()))
+        });
     }
 
     /// A context was created on `dev` by this process: charge the context overhead.
@@ -681,11 +666,4 @@ fn unreachable_oom(dev: u32, bytes: u64, total: u64) -> Result<(), SimError> {
         free: 0,
         total,
     })
-}
-
-/// `a -= min(a, v)` atomically.
-pub(crate) fn sub_saturating(a: &std::sync::atomic::AtomicU64, v: u64) {
-    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-        Some(c.saturating_sub(v))
-    });
 }
