@@ -12,8 +12,8 @@ use crate::config::MAX_DEVICES;
 /// `GPUSLSIM` in ASCII.
 pub const MAGIC: u64 = 0x4d49_534c_5350_4750;
 /// Bumped whenever this layout changes, or the meaning of the lock bytes beyond it (version 5:
-/// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`; version 6: a
-/// slot's releasing figure [`SD_RELEASING`]).
+/// owners hold an owner byte besides their slot byte, `liveness::OWNER_BASE`; version 6: the
+/// per-device memory lock [`D_MEM_LOCK`] and its journal, `memtxn`).
 pub const VERSION: u64 = 6;
 
 /// Process slots in the table (version 2: 2048, so a node with 1024 tenant processes fits; version
@@ -62,7 +62,16 @@ pub const D_TS_T: usize = 96;
 pub const D_TS_SLICE_START: usize = 104;
 /// Time-sliced engine: end of the switch into the held context.
 pub const D_TS_RUN_FROM: usize = 112;
+/// Robust lock under which [`D_USED`] and a slot's [`SD_USED`] change together, through the
+/// journal below (`memtxn`, version 6).
+pub const D_MEM_LOCK: usize = 120;
 pub const D_BUCKETS: usize = 128;
+/// The memory journal (after the buckets): non-zero while a transaction is being stored, then
+/// the slot, the device total and the slot figure it stores (`memtxn`).
+pub const D_J_VALID: usize = 2304;
+pub const D_J_SLOT: usize = 2312;
+pub const D_J_DEV: usize = 2320;
+pub const D_J_SLOTV: usize = 2328;
 
 // process slots
 pub const SLOT_BASE: usize = DEV_BASE + MAX_DEVICES * DEV_STRIDE;
@@ -92,17 +101,14 @@ pub const SD_KERNELS: usize = 64;
 pub const SD_REM: usize = 72;
 /// Time-sliced engine: when the waiting kernel first ran (0: not yet).
 pub const SD_STARTED: usize = 80;
-/// Bytes a reaper has taken out of [`SD_USED`] of a gone owner and not yet subtracted from
-/// the device's [`D_USED`] (version 6): readers count them as the gone owner's, so a reaper
-/// descheduled between the two steps never makes the device look fuller than it is.
-pub const SD_RELEASING: usize = 88;
 pub const SD_BUCKETS: usize = 128;
 
 /// Total file size.
 pub const FILE_SIZE: usize = SLOT_BASE + MAX_SLOTS * SLOT_STRIDE;
 
 const _: () = assert!(SD_BASE + MAX_DEVICES * SD_STRIDE <= SLOT_STRIDE);
-const _: () = assert!(D_BUCKETS + BUCKETS * 16 <= DEV_STRIDE);
+const _: () = assert!(D_BUCKETS + BUCKETS * 16 <= D_J_VALID);
+const _: () = assert!(D_J_SLOTV + 8 <= DEV_STRIDE);
 
 /// Offset of a device field.
 pub const fn dev(d: usize, field: usize) -> usize {

@@ -13,6 +13,7 @@ mod engine;
 pub mod error;
 pub mod layout;
 pub mod liveness;
+mod memtxn;
 mod node;
 pub mod procs;
 pub mod shm;

@@ -409,12 +409,9 @@ impl Node {
             .into_iter()
             .filter(|&(s, _)| !self.owner_alive(s))
             .map(|(s, _)| {
-                let used = self.shm.u64(L::sdev(s, d, L::SD_USED));
-                let releasing = self.shm.u64(L::sdev(s, d, L::SD_RELEASING));
-                // The slot's figure first, then the announcement: a reaper announces before it
-                // takes (release_holdings), so a figure found taken is found announced.
-                let u = used.load(Ordering::Acquire);
-                u.saturating_add(releasing.load(Ordering::Acquire))
+                self.shm
+                    .u64(L::sdev(s, d, L::SD_USED))
+                    .load(Ordering::Acquire)
             })
             .fold(0, u64::saturating_add)
     }
@@ -432,7 +429,7 @@ impl Node {
     }
 
     /// Whether the owner named by a [`RobustLock`] word is alive.
-    fn word_owner_alive(&self, word: u64) -> bool {
+    pub(crate) fn word_owner_alive(&self, word: u64) -> bool {
         let slot = (word & 0x7fff_ffff) as usize;
         if slot == 0 {
             return true;
@@ -458,19 +455,11 @@ impl Node {
     fn release_holdings(&self, s: usize, me: (u64, usize)) {
         let word = ((me.0 & 0xffff_ffff) << 32) | (1 << 31) | (me.1 as u64 + 1);
         for d in 0..self.cfg.devices.len() {
-            // The bytes move out of the slot in three steps, each leaving a state that readers
-            // (`held_by_gone`) never count above the truth: announced as releasing (counted
-            // twice for a moment: below the truth), taken out of the slot (counted once, as
-            // releasing), subtracted from the device (below the truth until the announcement
-            // is cleared). A reaper descheduled between taking and subtracting used to make
-            // the device look fuller than any promise (issue 32, the fork-wave trial).
-            // swap-then-subtract is idempotent if a reaper dies halfway and another redoes it.
-            let slot_used = self.shm.u64(L::sdev(s, d, L::SD_USED));
-            let releasing = self.shm.u64(L::sdev(s, d, L::SD_RELEASING));
-            releasing.store(slot_used.load(Ordering::Acquire), Ordering::Release);
-            let used = slot_used.swap(0, Ordering::AcqRel);
-            sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), used);
-            releasing.store(0, Ordering::Release);
+            // One step (`memtxn`): a reader never sees the slot zeroed with the device's total
+            // not yet lowered, and a reaper killed halfway leaves it for the next to finish.
+            let _ = self.mem_txn(d, s, Some(word), |dev, held| {
+                Ok::<_, ()>((dev.saturating_sub(held), 0, ()))
+            });
             self.shm
                 .u64(L::sdev(s, d, L::SD_CTX))
                 .store(0, Ordering::Relaxed);
@@ -524,25 +513,15 @@ impl Node {
 
     /// Bytes in use on `dev` by all live processes, context overheads included. A process
     /// whose descriptors have closed holds nothing, as with the driver, even while a reaper is
-    /// still releasing its slot (a reaper's intermediate states read at or below the truth:
-    /// `release_holdings`).
+    /// still releasing its slot: the device's total and what gone owners still hold are read
+    /// under the device's release lock, which a reaper holds across its two steps.
     pub fn mem_used(&self, dev: u32) -> u64 {
         let Ok(d) = self.check_dev(dev) else { return 0 };
         self.reap_dead();
-        // What gone owners hold, read before and after the device's figure: a reaper that
-        // finished in between moved bytes out of both, so read again.
-        let mut gone = self.held_by_gone(d);
-        for _ in 0..8 {
-            let used = self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire);
-            let again = self.held_by_gone(d);
-            if again == gone {
-                return used.saturating_sub(gone);
-            }
-            gone = again;
-        }
-        // Still moving: the higher figure (a reaper counted on both sides).
+        let _mem = self.mem_lock(d, None);
+        let gone = self.held_by_gone(d);
         let used = self.shm.u64(L::dev(d, L::D_USED)).load(Ordering::Acquire);
-        used.saturating_sub(gone.min(self.held_by_gone(d)))
+        used.saturating_sub(gone)
     }
 
     /// Bytes charged to the calling process on `dev`.
@@ -567,18 +546,16 @@ impl Node {
             return Ok(());
         }
         let total = self.mem_total(dev);
-        let used = self.shm.u64(L::dev(d, L::D_USED));
         for attempt in 0..2 {
-            let r = used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-                cur.checked_add(bytes).filter(|&n| n <= total)
+            // The device's total and this slot's figure in one step (`memtxn`).
+            let r = self.mem_txn(d, s, None, |cur, mine| {
+                match cur.checked_add(bytes).filter(|&n| n <= total) {
+                    Some(n) => Ok((n, mine.saturating_add(bytes), ())),
+                    None => Err(cur),
+                }
             });
             match r {
-                Ok(_) => {
-                    self.shm
-                        .u64(L::sdev(s, d, L::SD_USED))
-                        .fetch_add(bytes, Ordering::AcqRel);
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 Err(cur) if attempt == 1 || self.reap_dead() == 0 => {
                     return Err(SimError::OutOfMemory {
                         dev,
@@ -597,14 +574,10 @@ impl Node {
     pub fn mem_free(&self, dev: u32, bytes: u64) {
         let Ok(d) = self.check_dev(dev) else { return };
         let Ok(s) = self.my_slot() else { return };
-        let mine = self.shm.u64(L::sdev(s, d, L::SD_USED));
-        let taken = match mine.fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
-            Some(cur - cur.min(bytes))
-        }) {
-            Ok(prev) => prev.min(bytes),
-            Err(_) => 0,
-        };
-        sub_saturating(self.shm.u64(L::dev(d, L::D_USED)), taken);
+        let _ = self.mem_txn(d, s, None, |dev, mine| {
+            let taken = mine.min(bytes);
+            Ok::<_, ()>((dev.saturating_sub(taken), mine - taken, ()))
+        });
     }
 
     /// A context was created on `dev` by this process: charge the context overhead.
@@ -693,11 +666,4 @@ fn unreachable_oom(dev: u32, bytes: u64, total: u64) -> Result<(), SimError> {
         free: 0,
         total,
     })
-}
-
-/// `a -= min(a, v)` atomically.
-pub(crate) fn sub_saturating(a: &std::sync::atomic::AtomicU64, v: u64) {
-    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
-        Some(c.saturating_sub(v))
-    });
 }
