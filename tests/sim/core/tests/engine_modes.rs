@@ -210,7 +210,13 @@ fn nvml_credits_each_200ms_window_to_one_process() {
         for k in &mut kids {
             assert_eq!(k.line(), "ready");
         }
+        sleep_until(start_at + SAMPLE_PERIOD_NS);
+        let (busy0, t0) = (node.device_busy_ns(0), now_ns());
         sleep_until(start_at + 1_200 * MS);
+        let (busy1, t1) = (node.device_busy_ns(0), now_ns());
+        // What the device really ran over the windows judged: on a loaded host the engine
+        // idles while its processes wait for a CPU, so a fixed floor would judge the host.
+        let device_pct = (busy1 - busy0) * 100 / (t1 - t0).max(1);
         let samples = node.process_samples(0, start_at + SAMPLE_PERIOD_NS);
         let pids: Vec<u32> = kids.iter().map(ChildProc::pid).collect();
         for k in &mut kids {
@@ -236,10 +242,15 @@ fn nvml_credits_each_200ms_window_to_one_process() {
         for s in &inside {
             assert_eq!(s.timestamp_ns % SAMPLE_PERIOD_NS, 0, "{samples:?}");
             assert!(pids.contains(&s.pid), "{samples:?} not of {pids:?}");
-            // The device's busy percent, not the process's share (at most about 50 with two
-            // saturating processes); host wake-ups on a loaded machine leave some idle time.
-            assert!(s.sm_util >= 55, "the device's busy percent: {samples:?}");
         }
+        // Each window carries the device's busy percent, not the credited process's share
+        // (with two saturating processes, about half of it).
+        let mean = inside.iter().map(|s| u64::from(s.sm_util)).sum::<u64>() / inside.len() as u64;
+        assert!(
+            mean * 4 >= device_pct * 3,
+            "{procs} process(es): samples average {mean} % for a device {device_pct} % busy: \
+             {samples:?}"
+        );
         if procs == 1 {
             assert!(inside.iter().all(|s| s.pid == pids[0]));
         }
