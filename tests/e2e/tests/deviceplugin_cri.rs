@@ -11,7 +11,8 @@
 //! unix sockets. Then, as kubelet would, it creates the container through CRI with the
 //! RuntimeClass handler `gpuslice` and the environment `Allocate` returned.
 //!
-//! Checked: 76 + 36 units of 1 GiB are advertised; Pods of 30, 30 and 40 units go to the A100,
+//! Checked: each GPU advertises its memory less eight measured context charges in 1 GiB units
+//! (73 + 33 with the simulator's H200 costs); Pods of 30, 30 and 40 units go to the A100,
 //! the H100 and the H100, all three running at once, each a slice at the arbiter on exactly that
 //! GPU with exactly that cap; each container sees its cap in `cuDeviceTotalMem`, `cuMemGetInfo`
 //! and NVML, on that GPU (name and UUID), and gets `CUDA_ERROR_OUT_OF_MEMORY` at exactly its
@@ -51,6 +52,18 @@ fn status(arbiter: &Arbiter) -> Result<NodeStatus> {
         Response::Status(st) => Ok(st),
         other => bail!("arbiter status: {other:?}"),
     }
+}
+
+/// Whole GiB units the device plugin advertises for `d`: its memory less eight measured
+/// per-process charges.
+fn advertised_units(d: &gpuslice_api::protocol::DeviceStatus) -> Result<usize> {
+    let charge = d
+        .context
+        .as_ref()
+        .with_context(|| format!("{}: no context footprint in status", d.name))?
+        .charge;
+    let units = d.memory_total.saturating_sub(8 * charge) / GIB;
+    usize::try_from(units).context("units")
 }
 
 /// The container kubelet would create: the image's workload (`info`, then `fill` holding what
@@ -110,6 +123,10 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
         h100.name.contains("H100") && a100.name.contains("A100"),
         "{h100:?} {a100:?}"
     );
+    // What the plugin must advertise: each GPU's memory less eight of the arbiter's measured
+    // per-process charges (the plugin's default reserve), in whole GiB units (76 + 36 when a
+    // context was charged 512 MiB; 73 + 33 with the simulator's H200 costs, 774 MiB).
+    let (h100_units, a100_units) = (advertised_units(&h100)?, advertised_units(&a100)?);
     let ctd = Containerd::start(
         &bins,
         &node.scratch,
@@ -153,9 +170,11 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
         "{regs:?}"
     );
     let devs = rt
-        .block_on(kubelet.wait_devices("76 + 36 healthy units", WAIT, |d| {
-            healthy(d, &h100.uuid) == 76 && healthy(d, &a100.uuid) == 36
-        }))
+        .block_on(kubelet.wait_devices(
+            &format!("{h100_units} + {a100_units} healthy units"),
+            WAIT,
+            |d| healthy(d, &h100.uuid) == h100_units && healthy(d, &a100.uuid) == a100_units,
+        ))
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("plugin log:\n{}", plugin.log_tail(30)))?;
     println!(
@@ -208,7 +227,7 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
             guard,
         });
     }
-    // Bin-packed, none split: 30 on the A100 (36 → 6), 30 then 40 on the H100 (76 → 46 → 6).
+    // Bin-packed, none split: 30 on the A100 (33 → 3), 30 then 40 on the H100 (73 → 43 → 3).
     let chosen: Vec<(&str, &str)> = placed
         .iter()
         .map(|p| (p.name.as_str(), p.uuid.as_str()))
@@ -257,19 +276,25 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
     ensure!(
         e.starts_with("ResourceExhausted: gpuslice.io/gpu-memory: the container asks 50 units")
             && e.contains(&format!(
-                "GPU 0 {} ({}): 6 units (6Gi) free of 76",
-                h100.uuid, h100.name
+                "GPU 0 {} ({}): {} units ({}Gi) free of {h100_units}",
+                h100.uuid,
+                h100.name,
+                h100_units - 70,
+                h100_units - 70
             ))
             && e.contains(&format!(
-                "GPU 1 {} ({}): 6 units (6Gi) free of 36",
-                a100.uuid, a100.name
+                "GPU 1 {} ({}): {} units ({}Gi) free of {a100_units}",
+                a100.uuid,
+                a100.name,
+                a100_units - 30,
+                a100_units - 30
             )),
         "{e}"
     );
 
     // A container whose Pod annotation disagrees with its allocation: refused, no slice.
     let got = rt
-        .block_on(kubelet.allocate(&mut allocated, 4))
+        .block_on(kubelet.allocate(&mut allocated, 3))
         .map_err(anyhow::Error::msg)?;
     let pod = PodSpec {
         name: "disagrees".into(),
@@ -292,7 +317,7 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
             let st = client.wait_exited(&id, T)?;
             let out = cri::read_log(&log_dir.join(spec.log_path()))?;
             bail!(
-                "a container with gpuslice.io/memory=2Gi and 4 allocated units started (exit {}):\n{out}",
+                "a container with gpuslice.io/memory=2Gi and 3 allocated units started (exit {}):\n{out}",
                 st.exit_code
             );
         }
@@ -301,7 +326,7 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
     println!("disagreeing annotation, containerd {series}: {e}");
     ensure!(
         e.contains("gpuslice.io/memory=\"2Gi\": disagrees with the allocation")
-            && e.contains("4Gi"),
+            && e.contains("3Gi"),
         "the refusal does not say why: {e}"
     );
     let ids: BTreeSet<&str> = placed.iter().map(|p| p.id.as_str()).collect();
