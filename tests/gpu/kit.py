@@ -4,7 +4,8 @@ Starts `gpuslice-arbiter` from a dist tree against the real NVML (or, with --dry
 simulated GPU in `$DIST/sim`), runs four measurements through `gpuslice run` and prints one
 markdown table; with $OUT (or --out) set it also writes `gpu-kit.md` and `gpu-kit.json` there.
 
-  1. memory caps   2. shares   3. overhead   4. latency   5. graphs (see tests/gpu/README.md)
+  1. memory caps   2. shares   3. overhead   4. latency   5. graphs   6. serving (kit_serving.py;
+  see tests/gpu/README.md)
 
 Every child runs in a process group of its own (start_new_session) and has a timeout; a failed
 step becomes a FAIL/ERROR row, never a crash; every group is killed at exit. The whole run keeps
@@ -743,6 +744,11 @@ class Kit:
                  f"failed rc={rt}: {et.strip()[-160:]}", "compiles, captures, runs; no backstop",
                  "PASS" if ok else "FAIL")
 
+    def serving(self):
+        import kit_serving  # beside this file: section 6 (issue #36)
+
+        kit_serving.run(self)
+
     # ---- output ---------------------------------------------------------------------------
 
     def table(self):
@@ -819,7 +825,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT"),
                     help="directory for gpu-kit.md and gpu-kit.json (default $OUT)")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for everything")
-    ap.add_argument("--only", default="memory,shares,overhead,latency",
+    ap.add_argument("--only", default="memory,shares,overhead,latency,serving",
                     help="sections, comma-separated; also `graphs` (real GPU only)")
     args = ap.parse_args()
     if not args.dry_run:
@@ -846,12 +852,14 @@ def main():
         kit.step("0 arbiter", 20, kit.start_arbiter)
         if kit.arbiter is not None and kit.arbiter.poll() is None:
             only = args.only.split(",")
-            need = {"memory": 60, "shares": 60, "overhead": 40, "latency": 40, "graphs": 60} \
+            need = {"memory": 60, "shares": 60, "overhead": 40, "latency": 40, "graphs": 60,
+                    "serving": 80} \
                 if not kit.dry else {"memory": 10, "shares": 10, "overhead": 8, "latency": 8,
-                                     "graphs": 10}
+                                     "graphs": 10, "serving": 10}
             sections = {"memory": (kit.memory, "1 memory"), "shares": (kit.shares, "2 shares"),
                         "overhead": (kit.overhead, "3 overhead"),
-                        "latency": (kit.latency, "4 latency"), "graphs": (kit.graphs, "5 graphs")}
+                        "latency": (kit.latency, "4 latency"), "graphs": (kit.graphs, "5 graphs"),
+                        "serving": (kit.serving, "6 serving")}
             for name in only:  # in the order given: what matters most goes first
                 if name not in sections:
                     kit.row("kit", f"unknown section {name!r}", "", ", ".join(sections), "ERROR")

@@ -4,8 +4,8 @@
 #                                          or a `cargo xtask dist` tree, target/dist)
 # With GPUSLICE_FORCE_SYSCALL_FALLBACKS=1 it also checks the arbiter ran on the kernel fallbacks.
 #
-# Memory rows are exact and fail at once, as does any row not measured. Shares, overhead and
-# latency are timing figures of a simulated GPU on a shared 2-core host, where one stall of the
+# Memory rows are exact and fail at once, as does any row not measured. Shares, overhead,
+# latency and serving are timing figures of a simulated GPU on a shared 2-core host, where one stall of the
 # host moves a 2-3 s figure: a timing section with a FAIL row is measured once more, alone, and
 # fails the test only if it fails again. Both runs' rows are printed. The last line on stderr
 # names what failed (`cargo xtask test` shows it in its summary).
@@ -35,7 +35,8 @@ bad = [f'{r["section"]}: {r["measurement"]} ({r["status"]})' for r in d["rows"]
        if r["status"] != "measured"]
 if bad:
     sys.exit("rows not measured: " + "; ".join(bad))
-timing = {"2 shares": "shares", "3 overhead": "overhead", "4 latency": "latency"}
+timing = {"2 shares": "shares", "3 overhead": "overhead", "4 latency": "latency",
+          "6 serving": "serving"}
 failed = [r for r in d["rows"] if r["verdict"] in ("FAIL", "ERROR")]
 hard = [r for r in failed if r["section"] not in timing]
 if hard:
@@ -75,7 +76,7 @@ if [ "${GPUSLICE_FORCE_SYSCALL_FALLBACKS:-}" = 1 ]; then
       fail "arbiter did not use the $call fallback"
   done
 fi
-for s in "1 memory" "2 shares" "3 overhead" "4 latency"; do
+for s in "1 memory" "2 shares" "3 overhead" "4 latency" "6 serving"; do
   grep -q "| $s |" "$out/gpu-kit.md" || fail "section $s missing"
 done
 [ -z "$again" ] && exit 0

@@ -14,6 +14,8 @@ as `gpuslice-workload`, so the harness parses both the same way:
   compile --seconds S               torch.compile(mode="reduce-overhead") of a small MLP (after
                                     --start-at), checked against eager, then run
   cupyfill --chunk-mib N            CuPy's MemoryAsyncPool: allocate N MiB until OutOfMemoryError
+  serve  --rate R --seconds S       an LLM server (serving.py): Poisson requests, graph-captured
+                                    decode; time to first token, inter-token latency, tokens/s
 
 `--start-at T` (Unix time) makes a timed workload wait, after CUDA init and warm-up, until T,
 so processes started together measure the same window despite different import times.
@@ -248,6 +250,15 @@ def cmd_cupyfill(_torch, a):
     return 0 if refusal == "OutOfMemoryError" else 1
 
 
+def cmd_serve(torch, a):
+    import serving  # beside this file
+
+    kv = serving.serve(torch, a.rate, a.seconds, a.slots, lambda: wait_until(a.start_at),
+                       use_graph=not a.no_graph)
+    print(" ".join(f"{k}={v}" for k, v in kv.items()), flush=True)
+    return 0 if kv["requests"] > 0 else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -258,7 +269,7 @@ def main():
     c = sub.add_parser("cupyfill")
     c.add_argument("--chunk-mib", type=int, default=512)
     c.add_argument("--hold-s", type=float, default=2.0)
-    for name in ("matmul", "launch", "infer", "graph", "compile"):
+    for name in ("matmul", "launch", "infer", "graph", "compile", "serve"):
         s = sub.add_parser(name)
         s.add_argument("--seconds", type=float, default=5.0)
         s.add_argument("--start-at", type=float, default=0.0)
@@ -269,6 +280,10 @@ def main():
                            help="run this long after --start-at before measuring")
         if name == "infer":
             s.add_argument("--rate", type=float, default=50.0)
+        if name == "serve":
+            s.add_argument("--rate", type=float, default=10.0, help="requests per second")
+            s.add_argument("--slots", type=int, default=8, help="requests decoded together")
+            s.add_argument("--no-graph", action="store_true", help="decode eagerly")
     a = p.parse_args()
     if a.cmd == "cupyfill":  # CuPy alone: no PyTorch context beside it
         return cmd_cupyfill(None, a)
@@ -278,7 +293,7 @@ def main():
         print("error=cuda_unavailable", flush=True)
         return 3
     fn = {"info": cmd_info, "fill": cmd_fill, "matmul": cmd_matmul, "launch": cmd_launch,
-          "infer": cmd_infer, "graph": cmd_graph, "compile": cmd_compile}[a.cmd]
+          "infer": cmd_infer, "graph": cmd_graph, "compile": cmd_compile, "serve": cmd_serve}[a.cmd]
     return fn(torch, a) or 0
 
 

@@ -34,7 +34,13 @@ const SIM: [&str; 3] = [
 ];
 
 /// The kit's own files, copied from `tests/gpu/` to `kit/`.
-const SCRIPTS: [&str; 3] = ["run.sh", "kit.py", "torch_workloads.py"];
+const SCRIPTS: [&str; 5] = [
+    "run.sh",
+    "kit.py",
+    "kit_serving.py",
+    "torch_workloads.py",
+    "serving.py",
+];
 
 /// Builds and lays out the tree; returns its root. Fails if it is over [`LIMIT`].
 pub fn prepare(sim: bool) -> Result<PathBuf> {

@@ -90,6 +90,10 @@ pub enum Cmd {
     },
     /// The simulated-GPU acceptance checks; exit 1 if any fails.
     Check,
+    /// An LLM server's shape: Poisson requests, a prefill kernel each, then decode steps of one
+    /// graph replay (`nodes` kernels of `kernel-us`) for every active request; prints time to
+    /// first token, inter-token latency percentiles and tokens/s.
+    Serve(crate::serve::Shape),
     /// Capture a graph the way PyTorch does (side stream forked and joined through events,
     /// `kernels` spin kernels over both, a memset, a `cuMemAllocAsync` / `cuMemFreeAsync` in
     /// the graph's pool) in each capture `mode`, then replay the graphs for `seconds`.
@@ -175,6 +179,7 @@ fn run_cmd(args: &Args, s: &Session) -> Result<()> {
             seconds,
             depth,
         } => crate::capture::run(s, &mode, kernel_us, kernels, seconds, depth),
+        Cmd::Serve(shape) => crate::serve::run(s, shape),
     }
 }
 

@@ -8,4 +8,5 @@ pub mod cli;
 pub mod driver;
 pub mod nvml_view;
 pub mod quantity;
+pub mod serve;
 pub mod session;
