@@ -17,7 +17,7 @@ const DEVICES: &str = "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0;\
 name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0";
 
 /// The arbiter of one scenario: the shared one, with the scheduler's status file it writes.
-struct Arbiter {
+pub(crate) struct Arbiter {
     inner: crate::simenv::Arbiter,
     status_file: PathBuf,
 }
@@ -75,7 +75,7 @@ impl Arbiter {
 type Samples = Vec<(f64, Vec<u64>)>;
 
 /// A tenant process in a slice.
-fn tenant(node: &SimNode, dist: &Path, slice: &Path, args: &[String]) -> Result<Child> {
+pub(crate) fn tenant(node: &SimNode, dist: &Path, slice: &Path, args: &[String]) -> Result<Child> {
     node.workload()
         .args(["--via", "dlsym"])
         .args(args)
@@ -87,7 +87,7 @@ fn tenant(node: &SimNode, dist: &Path, slice: &Path, args: &[String]) -> Result<
         .context("starting a tenant")
 }
 
-fn saturate(us: u64, secs: f64, depth: usize) -> Vec<String> {
+pub(crate) fn saturate(us: u64, secs: f64, depth: usize) -> Vec<String> {
     [
         "saturate",
         "--kernel-us",
@@ -134,7 +134,7 @@ fn windows(samples: &[(f64, Vec<u64>)], from: f64, win: f64) -> Vec<Vec<f64>> {
     out
 }
 
-fn wait_all(children: Vec<Child>) -> Vec<String> {
+pub(crate) fn wait_all(children: Vec<Child>) -> Vec<String> {
     children
         .into_iter()
         .map(|c| {
@@ -151,13 +151,13 @@ fn jain(x: &[f64]) -> f64 {
     s * s / (x.len() as f64 * q)
 }
 
-struct Ctx<'a> {
-    dist: &'a Path,
-    node: &'a SimNode,
-    arb: &'a Arbiter,
+pub(crate) struct Ctx<'a> {
+    pub(crate) dist: &'a Path,
+    pub(crate) node: &'a SimNode,
+    pub(crate) arb: &'a Arbiter,
     sim: &'a Node,
     /// The simulator's engine model this context's node runs (`timeslice` / `kernel`).
-    engine: &'static str,
+    pub(crate) engine: &'static str,
 }
 
 /// The tenants' engine time, sampled every 10 ms for 10.6 s.
@@ -264,7 +264,7 @@ pub(crate) fn build_tree() -> Result<PathBuf> {
     Ok(tree)
 }
 
-/// Options: `only=30-70,shapes,util,three,four,limit,idle,priority,scale,sweep` runs those scenarios
+/// Options: `only=30-70,shapes,util,three,four,limit,idle,priority,serving,scale,sweep` runs those scenarios
 /// (default all); `kernels=50,1000,20000` the 30/70 kernel sizes; `procs=N` the processes of
 /// the scale run (default 1024: 256 slices × 4); `rt=0,10` runs the scale scenario once per
 /// `[scheduler] realtime_priority` listed, one after the other (default `0`);
@@ -357,11 +357,12 @@ impl Opts {
 }
 
 const SCENARIOS: &[&str] = &[
-    "30-70", "shapes", "util", "three", "four", "limit", "idle", "priority", "scale", "sweep",
+    "30-70", "shapes", "util", "three", "four", "limit", "idle", "priority", "serving", "scale",
+    "sweep",
 ];
 
 /// The 1-minute load average, for the record beside each figure.
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(String::from))
@@ -374,13 +375,13 @@ fn loadavg() -> String {
 /// took away (10–20 % steal measured several 1 s utilisation windows at 77–90 %), so a figure
 /// is only comparable with the others at a similar steal.
 #[derive(Clone, Copy)]
-struct HostCpu {
+pub(crate) struct HostCpu {
     steal: u64,
     total: u64,
 }
 
 impl HostCpu {
-    fn now() -> HostCpu {
+    pub(crate) fn now() -> HostCpu {
         let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
         let f: Vec<u64> = s
             .lines()
@@ -398,7 +399,7 @@ impl HostCpu {
     }
 
     /// Steal since `self`, in percent of all CPU time, for the record beside each figure.
-    fn steal_since(self) -> String {
+    pub(crate) fn steal_since(self) -> String {
         let n = HostCpu::now();
         let t = n.total.saturating_sub(self.total);
         if t == 0 {
@@ -480,6 +481,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if opts.wants("priority") {
         each(priority)?;
+    }
+    if opts.wants("serving") {
+        each(crate::bench_serving::serving)?;
     }
     drop(ctxs);
     let mut kept = Vec::new();

@@ -72,6 +72,7 @@ impl Node {
                 metrics: false,
                 log_level: "warn".into(),
                 needs: vec!["gpuslice-workload", "gpuslice", "gpuslice-trial-tenant"],
+                engine: None,
             },
         );
         let dir = node.dir.clone();

@@ -40,6 +40,9 @@ pub struct NodeConfig {
     /// Files of the profile directory the test needs beyond the simulator, the interposer and
     /// the arbiter (checked before anything starts).
     pub needs: Vec<&'static str>,
+    /// `GPUSLICE_SIM_ENGINE` of the node (`timeslice` / `kernel`); None: the test's own
+    /// environment decides (the simulator's default when unset).
+    pub engine: Option<&'static str>,
 }
 
 impl Default for NodeConfig {
@@ -51,6 +54,7 @@ impl Default for NodeConfig {
             metrics: false,
             log_level: "info".into(),
             needs: Vec::new(),
+            engine: None,
         }
     }
 }
@@ -63,6 +67,7 @@ pub struct SimNode {
     pub metrics: Option<String>,
     devices: String,
     ctx_overhead: String,
+    engine: Option<&'static str>,
     arbiter: Arbiter,
 }
 
@@ -124,6 +129,7 @@ impl SimNode {
             metrics: None,
             devices: cfg.devices,
             ctx_overhead: cfg.ctx_overhead,
+            engine: cfg.engine,
             arbiter,
         };
         for (k, v) in node.vars() {
@@ -183,7 +189,7 @@ impl SimNode {
 
     /// What [`SimNode::env`] sets (`Some`) and removes (`None`).
     fn vars(&self) -> Vec<(&'static str, Option<OsString>)> {
-        vec![
+        let mut v = vec![
             ("LD_LIBRARY_PATH", Some(self.dir.join("lib").into())),
             (
                 "GPUSLICE_SIM_STATE",
@@ -201,7 +207,11 @@ impl SimNode {
             ("LD_PRELOAD", None),
             ("GPUSLICE_SLICE_DIR", None),
             ("GPUSLICE_MEMORY", None),
-        ]
+        ];
+        if let Some(e) = self.engine {
+            v.push(("GPUSLICE_SIM_ENGINE", Some(e.into())));
+        }
+        v
     }
 
     /// Puts `c` on this node: the simulated driver first on the library path, the simulator's
