@@ -13,8 +13,6 @@
 #[cfg(test)]
 mod arch_doc;
 mod bench;
-mod bench_serving;
-mod bench_share;
 mod clients;
 mod demo;
 mod dist;

@@ -8,7 +8,8 @@
 //! run of the server on device 0 has a twin: the same server alone on device 1 in the same span,
 //! so a stall of the shared host hits both and the latency is judged against the twin.
 
-use crate::bench_share::{loadavg, saturate, tenant, wait_all, Ctx, HostCpu};
+use super::harness::{saturate, tenant, wait_all, Ctx};
+use crate::bench::{loadavg, HostCpu};
 use anyhow::Result;
 use std::time::Duration;
 
