@@ -6,6 +6,7 @@
 
 pub mod containerd;
 pub mod crio;
+pub mod ctd_imports;
 pub mod docker;
 pub(crate) mod tomlx;
 
@@ -305,6 +306,11 @@ pub fn run(cmd: &crate::configure_args::ConfigureCommand) -> i32 {
                 default_runtime: a.common.default_runtime,
                 enable_cdi: a.enable_cdi,
                 new_version: a.new_version,
+                series: match a.containerd_major {
+                    Some(0) => None,
+                    Some(n) => Some(n),
+                    None => ctd_imports::detect_series(),
+                },
             }),
         ),
         C::Docker(a) => (
