@@ -70,6 +70,9 @@ pub struct ContainerdArgs {
     /// version 2 file, which 2.x loads too) [default: `containerd --version` on PATH]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=2))]
     pub containerd_major: Option<u32>,
+    /// Undo: delete the drop-in and its `imports` entry (or, in the main file, the class)
+    #[arg(long)]
+    pub remove: bool,
     /// Common options.
     #[command(flatten)]
     pub common: CommonArgs,

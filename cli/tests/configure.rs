@@ -793,3 +793,84 @@ fn containerd_series_from_its_version_line() {
         "{err}"
     );
 }
+
+/// `--remove` after a configure leaves the main file byte for byte as it was, deletes the
+/// drop-in, and leaves NVIDIA's drop-in alone; a second `--remove` finds nothing.
+#[test]
+fn containerd_remove_restores_every_stock_file() {
+    use gpuslice_cli::configure::ctd_remove::plan_remove;
+    for (file, series) in [
+        ("containerd-debian.toml", Some(1)),
+        ("containerd-v2.toml", Some(1)),
+        ("containerd-v3.toml", Some(2)),
+        ("containerd-k3s-v2.toml", None),
+        ("containerd-k3s-v3.toml", None),
+    ] {
+        let dir = beside_nvidia(&format!("rm-{file}"), "[\"conf.d/*.toml\"]");
+        let nvidia = std::fs::read(dir.join("conf.d/99-nvidia.toml")).unwrap();
+        let cfg = dir.join(file);
+        let original = std::fs::read_to_string(&cfg).unwrap();
+        let mut opts = ctd(&dir, file);
+        opts.series = series;
+        opts.enable_cdi = true;
+        opts.default_runtime = true;
+        write_all(&containerd::plan(&opts).unwrap());
+        assert!(dir.join("conf.d/gpuslice.toml").exists(), "{file}");
+        let removal = plan_remove(&opts).unwrap();
+        assert_eq!(removal.delete, [dir.join("conf.d/gpuslice.toml")], "{file}");
+        for c in &removal.changes {
+            std::fs::write(&c.path, &c.new).unwrap();
+        }
+        for p in &removal.delete {
+            std::fs::remove_file(p).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&cfg).unwrap(), original, "{file}");
+        assert_eq!(
+            std::fs::read(dir.join("conf.d/99-nvidia.toml")).unwrap(),
+            nvidia
+        );
+        let again = plan_remove(&opts).unwrap();
+        assert!(again.delete.is_empty() && !again.changes.iter().any(FileChange::changes));
+    }
+}
+
+/// In the main file (version 1, `--in-place`): the class and a default naming it go; NVIDIA's
+/// class in the same table stays.
+#[test]
+fn containerd_remove_in_place_keeps_other_classes() {
+    let dir = beside_nvidia("rm-inplace", "[]");
+    let cfg = dir.join("config.toml");
+    let main = std::fs::read_to_string(&cfg).unwrap().replace("imports = []\n", "")
+        + "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n";
+    std::fs::write(&cfg, &main).unwrap();
+    let mut opts = ctd(&dir, "config.toml");
+    opts.in_place = true;
+    opts.default_runtime = true;
+    write_all(&containerd::plan(&opts).unwrap());
+    let o = gpuslice(&[
+        "configure",
+        "containerd",
+        "--remove",
+        "--in-place",
+        "--file",
+        cfg.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("updated:") && out.contains("restart containerd"),
+        "{out}"
+    );
+    let doc: DocumentMut = std::fs::read_to_string(&cfg).unwrap().parse().unwrap();
+    let names: Vec<String> = classes(&doc, &CRI_V2).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["runc", "nvidia"]);
+    assert!(!doc.to_string().contains("default_runtime_name"));
+    let o = gpuslice(&[
+        "configure",
+        "containerd",
+        "--remove",
+        "--file",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(text(&o).0.contains("nothing changed"), "{:?}", text(&o));
+}

@@ -170,14 +170,7 @@ fn cri_before_drop_in(
     if first.is_ok() || merge == Merge::Deep {
         return first;
     }
-    let base = path.parent().unwrap_or(Path::new("/"));
-    if let Some(arr) = doc.get_mut("imports").and_then(Item::as_array_mut) {
-        let before = arr.len();
-        arr.retain(|v| v.as_str().is_none_or(|s| base.join(s) != drop_in));
-        if arr.len() != before {
-            arr.fmt();
-        }
-    }
+    super::ctd_remove::remove_import(doc, path, drop_in);
     add_import(doc, path, drop_in)?;
     let order = ctd_imports::load_order(&main_abs, doc, drop_in)?;
     ctd_imports::cri_before_ours(&order, drop_in, merge)
