@@ -189,3 +189,15 @@ pub fn run_sliced_pod(
     );
     run_pod(client, ctd, &spec, &sliced)
 }
+
+/// `containerd config dump` of the series `bins` for the config file `cfg`: containerd's own
+/// merge of the file and its imports.
+pub fn config_dump(bins: &ContainerdBins, cfg: &Path) -> Result<String> {
+    run_ok(
+        Command::new(bins.containerd())
+            .arg("--config")
+            .arg(cfg)
+            .args(["config", "dump"]),
+        Duration::from_secs(30),
+    )
+}

@@ -11,6 +11,11 @@
 //! - a Pod of the `nvidia` handler runs a container through the toolkit's `BinaryName` (a
 //!   stand-in that logs its call and execs runc), one of the `gpuslice` handler runs held to a
 //!   1 GiB slice, and one of the default handler runs.
+//!
+//! And the other order on 1.7: gpuslice first, then the toolkit writing its drop-in from
+//! `containerd config dump` and appending its glob behind gpuslice's `imports` entry, then
+//! gpuslice again (as its DaemonSet at every start): only the glob is left in `imports`, the
+//! drop-in carries NVIDIA's classes, and the same checks pass.
 
 use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::containerd::Containerd;
@@ -19,11 +24,12 @@ use gpuslice_e2e::gate::{containerd_needs, require};
 use gpuslice_e2e::paths::{self, ContainerdBins};
 use gpuslice_e2e::procs::run_ok;
 use gpuslice_e2e::stock::{
-    echo_container, fixture, localise, pod, run_pod, run_sliced_pod, stock_text, table, Stock,
+    config_dump, echo_container, fixture, localise, pod, run_pod, run_sliced_pod, stock_text,
+    table, Stock,
 };
 use gpuslice_e2e::suite::{assert_one_gib_slice, Node};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use toml_edit::{DocumentMut, Item};
@@ -50,14 +56,26 @@ fn stand_in(dir: &Path, calls: &Path) -> Result<std::path::PathBuf> {
     Ok(path)
 }
 
-/// Writes what the toolkit writes beside `main` (already localised): the glob import in the
-/// main file and `conf.d/99-nvidia.toml` with its classes pointing at `runtime`.
-fn install_nvidia(cfg: &Path, dir: &Path, runtime: &Path) -> Result<i64> {
+/// Writes what the toolkit writes beside `main` (already localised): the glob import appended
+/// to the main file's `imports` and `conf.d/99-nvidia.toml` with its classes pointing at
+/// `runtime`, on version 2 over a copy of the CRI table of `source` (the toolkit's
+/// `--config-source`: the main file, or `containerd config dump`'s output).
+fn install_nvidia(cfg: &Path, dir: &Path, runtime: &Path, source: Option<&str>) -> Result<i64> {
     let mut main: DocumentMut = std::fs::read_to_string(cfg)?.parse()?;
     let version = main.get("version").and_then(Item::as_integer).unwrap_or(1);
     let glob = format!("{}/conf.d/*.toml", dir.display());
-    main.insert("imports", Item::Value(vec![glob].into_iter().collect()));
+    let mut imports = main
+        .get("imports")
+        .and_then(Item::as_array)
+        .cloned()
+        .unwrap_or_default();
+    imports.push(glob);
+    main.insert("imports", Item::Value(imports.into()));
     std::fs::write(cfg, main.to_string())?;
+    let source: DocumentMut = match source {
+        Some(text) => text.parse().context("the toolkit's source config")?,
+        None => main.clone(),
+    };
     let name = if version >= 3 {
         "99-nvidia.v3.toml"
     } else {
@@ -80,7 +98,7 @@ fn install_nvidia(cfg: &Path, dir: &Path, runtime: &Path) -> Result<i64> {
     let mut out = DocumentMut::new();
     out.insert("version", toml_edit::value(version));
     if version < 3 {
-        let cri = main
+        let cri = source
             .get(keys[0])
             .and_then(|p| p.get(keys[1]))
             .cloned()
@@ -100,13 +118,7 @@ fn install_nvidia(cfg: &Path, dir: &Path, runtime: &Path) -> Result<i64> {
 
 /// The CRI runtime classes of `containerd config dump`.
 fn dumped_classes(bins: &ContainerdBins, cfg: &Path) -> Result<Vec<String>> {
-    let out = run_ok(
-        Command::new(bins.containerd())
-            .arg("--config")
-            .arg(cfg)
-            .args(["config", "dump"]),
-        Duration::from_secs(30),
-    )?;
+    let out = config_dump(bins, cfg)?;
     let doc: DocumentMut = out.parse().context("config dump does not parse")?;
     let cri = if bins.major() >= 2 {
         "io.containerd.cri.v1.runtime"
@@ -123,45 +135,32 @@ fn dumped_classes(bins: &ContainerdBins, cfg: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-fn coexist(series: &str) -> Result<()> {
-    let bins = paths::containerd(series);
-    let suite = format!("coexist-nvidia/{series}");
-    if !require(&suite, &containerd_needs(&bins)) {
-        return Ok(());
-    }
-    let node = Node::new(&format!("nvidia-{series}"))?;
-    let arbiter = node.start_arbiter()?;
-    let dir = node.scratch.dir("ctd")?;
-    let cfg = dir.join("config.toml");
-    std::fs::write(&cfg, localise(&stock_text(&bins, &Stock::Default)?, &dir)?)?;
-    let calls = dir.join("nvidia-calls");
-    let version = install_nvidia(&cfg, &dir, &stand_in(&dir, &calls)?)?;
-
-    let out = run_ok(
+/// `gpuslice configure containerd` for the series of `bins`; its output.
+fn configure(bins: &ContainerdBins, cfg: &Path) -> Result<String> {
+    run_ok(
         Command::new(paths::product("gpuslice"))
             .args(["configure", "containerd", "--containerd-major"])
             .arg(bins.major().to_string())
             .arg("--file")
-            .arg(&cfg),
+            .arg(cfg),
         Duration::from_secs(30),
-    )?;
-    ensure!(out.contains("created:"), "configure:\n{out}");
-    let drop_in = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml"))?;
-    println!("{series}: the drop-in\n{drop_in}");
-    let carries_nvidia = drop_in.contains(".nvidia]");
-    ensure!(
-        carries_nvidia == (bins.major() == 1),
-        "{series}: the drop-in carries NVIDIA's class: {carries_nvidia} (version {version})"
-    );
+    )
+}
 
-    let classes = dumped_classes(&bins, &cfg)?;
+/// The four classes in containerd's own merge, then containerd started on the result: Pods of
+/// the default handler, of `nvidia` (its stand-in logged a `create` in `calls`) and of
+/// `gpuslice` (1 GiB seen and enforced).
+fn all_classes_run(c: &Case) -> Result<()> {
+    let (bins, node, arbiter, cfg, calls) = (&c.bins, &c.node, &c.arbiter, &c.cfg, &c.calls);
+    let series = &bins.series;
+    let classes = dumped_classes(bins, cfg)?;
     ensure!(
         classes == ["gpuslice", "nvidia", "nvidia-cdi", "runc"],
         "{series}: classes in `containerd config dump`: {classes:?}"
     );
-
-    let ctd = Containerd::start_from_file(&bins, &dir, &cfg, &arbiter.client_env())?;
-    let client = cri::client_with_image(&ctd, &node)?;
+    let dir = cfg.parent().context("config dir")?;
+    let ctd = Containerd::start_from_file(bins, dir, cfg, &arbiter.client_env())?;
+    let client = cri::client_with_image(&ctd, node)?;
     let logs = node.scratch.dir("pod-logs")?;
     for handler in ["", "nvidia"] {
         let name = if handler.is_empty() { "plain" } else { handler };
@@ -173,14 +172,104 @@ fn coexist(series: &str) -> Result<()> {
         )?;
         ensure!(out.contains(&format!("{name}-ok")), "{handler:?}:\n{out}");
     }
-    let called = std::fs::read_to_string(&calls).unwrap_or_default();
+    let called = std::fs::read_to_string(calls).unwrap_or_default();
     ensure!(
         called.contains("create"),
         "{series}: the nvidia class's BinaryName never ran:\n{called}"
     );
-
-    let out = run_sliced_pod(&client, &ctd, &node, &logs)?;
+    let out = run_sliced_pod(&client, &ctd, node, &logs)?;
     assert_one_gib_slice(&out)
+}
+
+/// One case's node: the series, a node with its arbiter, the series' `config default` made
+/// private to the test in `dir/config.toml`. Fields drop in order: the arbiter before the
+/// node's scratch directory.
+struct Case {
+    arbiter: gpuslice_e2e::Arbiter,
+    node: Node,
+    bins: ContainerdBins,
+    dir: PathBuf,
+    cfg: PathBuf,
+    calls: PathBuf,
+}
+
+impl Case {
+    /// `None` when the suite cannot run here.
+    fn new(series: &str, tag: &str) -> Result<Option<Case>> {
+        let bins = paths::containerd(series);
+        if !require(&format!("coexist-nvidia/{tag}"), &containerd_needs(&bins)) {
+            return Ok(None);
+        }
+        let node = Node::new(&format!("nv-{tag}"))?;
+        let arbiter = node.start_arbiter()?;
+        let dir = node.scratch.dir("ctd")?;
+        let cfg = dir.join("config.toml");
+        std::fs::write(&cfg, localise(&stock_text(&bins, &Stock::Default)?, &dir)?)?;
+        let calls = dir.join("nvidia-calls");
+        Ok(Some(Case {
+            arbiter,
+            node,
+            bins,
+            dir,
+            cfg,
+            calls,
+        }))
+    }
+}
+
+/// NVIDIA's toolkit first, then gpuslice.
+fn coexist(series: &str) -> Result<()> {
+    let Some(c) = Case::new(series, series)? else {
+        return Ok(());
+    };
+    let version = install_nvidia(&c.cfg, &c.dir, &stand_in(&c.dir, &c.calls)?, None)?;
+
+    let out = configure(&c.bins, &c.cfg)?;
+    ensure!(out.contains("created:"), "configure:\n{out}");
+    let drop_in = std::fs::read_to_string(c.dir.join("conf.d/gpuslice.toml"))?;
+    println!("{series}: the drop-in\n{drop_in}");
+    let carries_nvidia = drop_in.contains(".nvidia]");
+    ensure!(
+        carries_nvidia == (c.bins.major() == 1),
+        "{series}: the drop-in carries NVIDIA's class: {carries_nvidia} (version {version})"
+    );
+    all_classes_run(&c)
+}
+
+/// gpuslice first (its `imports` entry names the drop-in), then NVIDIA's toolkit from
+/// `containerd config dump` (appending its glob behind that entry, so on 1.x its copy, which
+/// holds the gpuslice class from the dump, loads last), then gpuslice again as its DaemonSet
+/// does at every start: the entry naming the drop-in goes (the glob covers it and loads it
+/// after `99-nvidia.toml`), and every class still runs.
+fn nvidia_after_gpuslice(series: &str) -> Result<()> {
+    let Some(c) = Case::new(series, &format!("{series}-second"))? else {
+        return Ok(());
+    };
+    ensure!(configure(&c.bins, &c.cfg)?.contains("created:"));
+    let dump = config_dump(&c.bins, &c.cfg)?;
+    install_nvidia(&c.cfg, &c.dir, &stand_in(&c.dir, &c.calls)?, Some(&dump))?;
+    let before: DocumentMut = std::fs::read_to_string(&c.cfg)?.parse()?;
+    ensure!(
+        before["imports"].as_array().map_or(0, |a| a.len()) == 2,
+        "gpuslice's entry, then NVIDIA's glob:\n{before}"
+    );
+
+    let out = configure(&c.bins, &c.cfg)?;
+    ensure!(out.contains("updated:"), "rerun:\n{out}");
+    let main: DocumentMut = std::fs::read_to_string(&c.cfg)?.parse()?;
+    let imports: Vec<&str> = main["imports"]
+        .as_array()
+        .context("imports")?
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    ensure!(
+        imports == [format!("{}/conf.d/*.toml", c.dir.display())],
+        "only NVIDIA's glob is left: {imports:?}"
+    );
+    let drop_in = std::fs::read_to_string(c.dir.join("conf.d/gpuslice.toml"))?;
+    ensure!(drop_in.contains(".nvidia]"), "{drop_in}");
+    all_classes_run(&c)
 }
 
 #[test]
@@ -196,4 +285,9 @@ fn gpuslice_beside_nvidia_toolkit_on_containerd_1_7() -> Result<()> {
 #[test]
 fn gpuslice_beside_nvidia_toolkit_on_containerd_2_1() -> Result<()> {
     coexist("2.1")
+}
+
+#[test]
+fn nvidia_toolkit_after_gpuslice_then_gpuslice_again_on_containerd_1_7() -> Result<()> {
+    nvidia_after_gpuslice("1.7")
 }
