@@ -13,7 +13,6 @@ use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths;
 use gpuslice_e2e::procs::{run_ok, run_timeout};
-use gpuslice_e2e::stock::config_dump;
 use gpuslice_e2e::suite::{assert_one_gib_slice, info_and_fill, stdout_ok, Node};
 use std::path::Path;
 use std::process::Command;
@@ -106,7 +105,13 @@ fn containerd_1_6_configured_by_gpuslice_runs_a_slice() -> anyhow::Result<()> {
     );
 
     // What containerd makes of it.
-    let dump = config_dump(&bins, &cfg)?;
+    let dump = run_ok(
+        Command::new(bins.containerd())
+            .arg("--config")
+            .arg(&cfg)
+            .args(["config", "dump"]),
+        Duration::from_secs(30),
+    )?;
     for want in [
         "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.gpuslice]".to_string(),
         format!("BinaryName = \"{}\"", rt.display()),
