@@ -65,6 +65,14 @@ pub struct ContainerdArgs {
     /// Version of a config file created from nothing (2: containerd 1.x, 3: containerd 2.x)
     #[arg(long, value_name = "N", default_value = "2", value_parser = clap::value_parser!(i64).range(2..=3))]
     pub new_version: i64,
+    /// Major version of the containerd that loads the file: 1 (the drop-in carries the whole
+    /// CRI table as loaded before it), 2 (only the gpuslice class), 0 (unknown: 1.x's rule for a
+    /// version 2 file, which 2.x loads too) [default: `containerd --version` on PATH]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=2))]
+    pub containerd_major: Option<u32>,
+    /// Undo: delete the drop-in and its `imports` entry (or, in the main file, the class)
+    #[arg(long)]
+    pub remove: bool,
     /// Common options.
     #[command(flatten)]
     pub common: CommonArgs,

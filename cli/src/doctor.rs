@@ -107,7 +107,12 @@ pub struct Inputs {
 
 /// Runs every check.
 pub fn run_checks(i: &Inputs) -> Vec<Check> {
-    let mut v = vec![driver(i), nvml(i), arbiter(i), interposer(i), cdi(i)];
+    let mut v = vec![driver(i), nvml(i)];
+    v.extend(crate::doctor_owners::gpu_owners(
+        i.nvml_library.as_deref(),
+        Path::new("/proc"),
+    ));
+    v.extend([arbiter(i), interposer(i), cdi(i)]);
     let path = i.search_path.as_deref();
     let present = |binary: &str, config: &Path| {
         config.exists() || crate::doctor_live::which(binary, path).is_some()

@@ -68,6 +68,7 @@ fn ctd(dir: &Path, file: &str) -> containerd::Options {
         default_runtime: false,
         enable_cdi: false,
         new_version: 2,
+        series: None,
     }
 }
 
@@ -596,10 +597,12 @@ fn containerd_debian_stock_keeps_the_builtin_runc_class() {
 }
 
 /// k3s-style generated files (versions 2 and 3) define `runc` themselves: it is kept as it is
-/// (its options included) and not doubled; the registry settings are carried.
+/// (its options included) and not doubled; the registry settings are carried where the drop-in
+/// carries the table (version 2, containerd 1.x's rule). The version 3 drop-in (containerd 2.x
+/// merges key by key) holds the gpuslice class alone, with `runc`'s options copied into it.
 #[test]
 fn containerd_k3s_style_keeps_its_runc_class_and_registry() {
-    for (file, cri, registry) in [
+    for (file, cri, registry, carried) in [
         (
             "containerd-k3s-v2.toml",
             ["plugins", "io.containerd.grpc.v1.cri"],
@@ -609,11 +612,13 @@ fn containerd_k3s_style_keeps_its_runc_class_and_registry() {
                 "registry",
                 "config_path",
             ]),
+            &["runc", "gpuslice"][..],
         ),
         (
             "containerd-k3s-v3.toml",
             ["plugins", "io.containerd.cri.v1.runtime"],
             None,
+            &["gpuslice"][..],
         ),
     ] {
         let dir = scratch(file);
@@ -621,20 +626,19 @@ fn containerd_k3s_style_keeps_its_runc_class_and_registry() {
         converge(|| containerd::plan(&opts).unwrap());
         let text = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml")).unwrap();
         let doc: DocumentMut = text.parse().unwrap();
-        assert_eq!(
-            classes(&doc, &cri),
-            [
-                ("runc".to_string(), containerd::RUNC_TYPE.to_string()),
-                ("gpuslice".to_string(), containerd::RUNC_TYPE.to_string()),
-            ],
-            "{file}:\n{text}"
-        );
-        let sysd = [
-            &cri[..],
-            &["containerd", "runtimes", "runc", "options", "SystemdCgroup"],
-        ]
-        .concat();
-        assert_eq!(toml_at(&doc, &sysd).as_bool(), Some(false), "{file}");
+        let want: Vec<(String, String)> = carried
+            .iter()
+            .map(|n| (n.to_string(), containerd::RUNC_TYPE.to_string()))
+            .collect();
+        assert_eq!(classes(&doc, &cri), want, "{file}:\n{text}");
+        for class in carried {
+            let sysd = [
+                &cri[..],
+                &["containerd", "runtimes", class, "options", "SystemdCgroup"],
+            ]
+            .concat();
+            assert_eq!(toml_at(&doc, &sysd).as_bool(), Some(false), "{file}");
+        }
         if let Some(keys) = registry {
             assert!(toml_at(&doc, &keys).as_str().unwrap().ends_with("certs.d"));
         }
@@ -663,4 +667,210 @@ fn containerd_other_default_runtime_gets_no_runc() {
         .map(|(n, _)| n)
         .collect();
     assert_eq!(names, ["crun", "gpuslice"]);
+}
+
+/// A version 2 config beside NVIDIA's toolkit drop-in (`conf.d/99-nvidia.toml`, imported by a
+/// `conf.d/*.toml` glob): `dir/config.toml`, ready for `ctd(dir, "config.toml")`.
+fn beside_nvidia(tag: &str, imports: &str) -> PathBuf {
+    let dir = scratch(tag);
+    std::fs::create_dir_all(dir.join("conf.d")).unwrap();
+    std::fs::copy(
+        fixtures().join("nvidia/99-nvidia.v2.toml"),
+        dir.join("conf.d/99-nvidia.toml"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        format!("version = 2\nimports = {imports}\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n"),
+    )
+    .unwrap();
+    dir
+}
+
+fn class_names(text: &str, cri: &[&str]) -> Vec<String> {
+    let doc: DocumentMut = text.parse().unwrap();
+    classes(&doc, cri).into_iter().map(|(n, _)| n).collect()
+}
+
+const CRI_V2: [&str; 2] = ["plugins", "io.containerd.grpc.v1.cri"];
+
+/// containerd 1.x keeps the CRI table of the last import only: the drop-in (sorting after
+/// `99-nvidia.toml`) carries NVIDIA's table — its classes and its `sandbox_image` — plus ours.
+#[test]
+fn containerd_1x_drop_in_carries_nvidias_classes_too() {
+    let dir = beside_nvidia("nv1x", "[\"conf.d/*.toml\"]");
+    let mut opts = ctd(&dir, "config.toml");
+    opts.series = Some(1);
+    converge(|| containerd::plan(&opts).unwrap());
+    let text = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml")).unwrap();
+    assert_eq!(
+        class_names(&text, &CRI_V2),
+        ["nvidia", "nvidia-cdi", "runc", "gpuslice"],
+        "{text}"
+    );
+    let doc: DocumentMut = text.parse().unwrap();
+    assert_eq!(
+        toml_at(&doc, &[&CRI_V2[..], &["sandbox_image"]].concat()).as_str(),
+        Some("registry.k8s.io/pause:3.6")
+    );
+    let main = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(main.contains("imports = [\"conf.d/*.toml\"]\n"), "{main}");
+}
+
+/// containerd 2.x merges key by key: the drop-in carries the gpuslice class alone, with the
+/// default runtime's options copied (NVIDIA's table says `SystemdCgroup = false`).
+#[test]
+fn containerd_2x_drop_in_carries_only_the_class() {
+    let dir = beside_nvidia("nv2x", "[\"conf.d/*.toml\"]");
+    let mut opts = ctd(&dir, "config.toml");
+    opts.series = Some(2);
+    converge(|| containerd::plan(&opts).unwrap());
+    let text = std::fs::read_to_string(dir.join("conf.d/gpuslice.toml")).unwrap();
+    assert_eq!(class_names(&text, &CRI_V2), ["gpuslice"], "{text}");
+    assert!(
+        !text.contains("sandbox_image") && !text.contains("cni"),
+        "{text}"
+    );
+}
+
+/// gpuslice first (`imports` names its drop-in), NVIDIA's toolkit after (adds the glob, so its
+/// file would load after ours and replace our table on 1.x): the entry naming our drop-in is
+/// dropped, the glob loads it after `99-nvidia.toml`.
+#[test]
+fn containerd_1x_moves_its_import_behind_nvidias() {
+    let dir = beside_nvidia("nvorder", "[]");
+    let ours = dir.join("conf.d/gpuslice.toml");
+    let cfg = dir.join("config.toml");
+    let main = std::fs::read_to_string(&cfg).unwrap().replace(
+        "imports = []",
+        &format!("imports = [\"{}\", \"conf.d/*.toml\"]", ours.display()),
+    );
+    std::fs::write(&cfg, main).unwrap();
+    let mut opts = ctd(&dir, "config.toml");
+    opts.series = Some(1);
+    converge(|| containerd::plan(&opts).unwrap());
+    let main = std::fs::read_to_string(&cfg).unwrap();
+    assert!(main.contains("imports = [\"conf.d/*.toml\"]"), "{main}");
+    let text = std::fs::read_to_string(&ours).unwrap();
+    assert!(class_names(&text, &CRI_V2).contains(&"nvidia".to_string()));
+}
+
+/// A file that sorts after the drop-in and names the CRI table would replace ours on 1.x:
+/// refused, naming that file; 2.x merges it and is fine.
+#[test]
+fn containerd_1x_refuses_a_later_cri_import() {
+    let dir = beside_nvidia("nvlater", "[\"conf.d/*.toml\"]");
+    let later = dir.join("conf.d/zz-site.toml");
+    std::fs::copy(dir.join("conf.d/99-nvidia.toml"), &later).unwrap();
+    let mut opts = ctd(&dir, "config.toml");
+    opts.series = Some(1);
+    let e = containerd::plan(&opts).unwrap_err().to_string();
+    assert!(
+        e.contains(&later.display().to_string()) && e.contains("--drop-in"),
+        "{e}"
+    );
+    assert!(!dir.join("conf.d/gpuslice.toml").exists());
+    opts.series = Some(2);
+    converge(|| containerd::plan(&opts).unwrap());
+}
+
+/// `--containerd-major` is checked; `containerd --version` lines of each series are read.
+#[test]
+fn containerd_series_from_its_version_line() {
+    use gpuslice_cli::configure::ctd_imports::{parse_series, Merge};
+    let line = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3";
+    assert_eq!(parse_series(line), Some(1));
+    let line = "containerd github.com/containerd/containerd/v2 v2.1.9 abc";
+    assert_eq!(parse_series(line), Some(2));
+    assert_eq!(parse_series("garbage"), None);
+    assert_eq!(Merge::for_config(2, None), Merge::Replace);
+    assert_eq!(Merge::for_config(2, Some(2)), Merge::Deep);
+    assert_eq!(Merge::for_config(3, None), Merge::Deep);
+    let o = gpuslice(&["configure", "containerd", "--containerd-major", "7"]);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("--containerd-major"),
+        "{err}"
+    );
+}
+
+/// `--remove` after a configure leaves the main file byte for byte as it was, deletes the
+/// drop-in, and leaves NVIDIA's drop-in alone; a second `--remove` finds nothing.
+#[test]
+fn containerd_remove_restores_every_stock_file() {
+    use gpuslice_cli::configure::ctd_remove::plan_remove;
+    for (file, series) in [
+        ("containerd-debian.toml", Some(1)),
+        ("containerd-v2.toml", Some(1)),
+        ("containerd-v3.toml", Some(2)),
+        ("containerd-k3s-v2.toml", None),
+        ("containerd-k3s-v3.toml", None),
+    ] {
+        let dir = beside_nvidia(&format!("rm-{file}"), "[\"conf.d/*.toml\"]");
+        let nvidia = std::fs::read(dir.join("conf.d/99-nvidia.toml")).unwrap();
+        let cfg = dir.join(file);
+        let original = std::fs::read_to_string(&cfg).unwrap();
+        let mut opts = ctd(&dir, file);
+        opts.series = series;
+        opts.enable_cdi = true;
+        opts.default_runtime = true;
+        write_all(&containerd::plan(&opts).unwrap());
+        assert!(dir.join("conf.d/gpuslice.toml").exists(), "{file}");
+        let removal = plan_remove(&opts).unwrap();
+        assert_eq!(removal.delete, [dir.join("conf.d/gpuslice.toml")], "{file}");
+        for c in &removal.changes {
+            std::fs::write(&c.path, &c.new).unwrap();
+        }
+        for p in &removal.delete {
+            std::fs::remove_file(p).unwrap();
+        }
+        assert_eq!(std::fs::read_to_string(&cfg).unwrap(), original, "{file}");
+        assert_eq!(
+            std::fs::read(dir.join("conf.d/99-nvidia.toml")).unwrap(),
+            nvidia
+        );
+        let again = plan_remove(&opts).unwrap();
+        assert!(again.delete.is_empty() && !again.changes.iter().any(FileChange::changes));
+    }
+}
+
+/// In the main file (version 1, `--in-place`): the class and a default naming it go; NVIDIA's
+/// class in the same table stays.
+#[test]
+fn containerd_remove_in_place_keeps_other_classes() {
+    let dir = beside_nvidia("rm-inplace", "[]");
+    let cfg = dir.join("config.toml");
+    let main = std::fs::read_to_string(&cfg).unwrap().replace("imports = []\n", "")
+        + "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n  runtime_type = \"io.containerd.runc.v2\"\n";
+    std::fs::write(&cfg, &main).unwrap();
+    let mut opts = ctd(&dir, "config.toml");
+    opts.in_place = true;
+    opts.default_runtime = true;
+    write_all(&containerd::plan(&opts).unwrap());
+    let o = gpuslice(&[
+        "configure",
+        "containerd",
+        "--remove",
+        "--in-place",
+        "--file",
+        cfg.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("updated:") && out.contains("restart containerd"),
+        "{out}"
+    );
+    let doc: DocumentMut = std::fs::read_to_string(&cfg).unwrap().parse().unwrap();
+    let names: Vec<String> = classes(&doc, &CRI_V2).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["runc", "nvidia"]);
+    assert!(!doc.to_string().contains("default_runtime_name"));
+    let o = gpuslice(&[
+        "configure",
+        "containerd",
+        "--remove",
+        "--file",
+        cfg.to_str().unwrap(),
+    ]);
+    assert!(text(&o).0.contains("nothing changed"), "{:?}", text(&o));
 }

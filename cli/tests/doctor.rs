@@ -149,7 +149,7 @@ fn simulated_node_with_arbiter_and_configured_containerd_is_ok() {
         ],
     );
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    for name in ["nvml", "arbiter", "interposer", "containerd"] {
+    for name in ["nvml", "gpu-owners", "arbiter", "interposer", "containerd"] {
         let (s, detail, _) = row(&out, name);
         assert_eq!(s, "OK", "{name}: {detail}\n{out}");
     }
@@ -211,4 +211,70 @@ fn absent_engines_are_not_reported() {
         );
     }
     assert_eq!(row(&out, "engines").0, "FAIL", "{out}");
+}
+
+/// A CUDA process started outside gpuslice (no interposer) holding memory on the simulated GPU:
+/// the `gpu-owners` row warns, naming its pid, command and memory, with the partition's fix;
+/// once it has exited the row is OK. Needs the simulated driver and the workload built in the
+/// same profile (`cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-workloads`).
+#[test]
+fn a_cuda_process_without_the_interposer_is_reported() {
+    use std::io::BufRead;
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_gpuslice"));
+    let prof = exe.parent().unwrap().to_path_buf();
+    let (nvml, cuda, workload) = (
+        prof.join("libnvidia_ml.so"),
+        prof.join("libcuda.so"),
+        prof.join("gpuslice-workload"),
+    );
+    for f in [&nvml, &cuda, &workload] {
+        assert!(f.exists(), "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-workloads", f.display());
+    }
+    let dir = scratch("owners");
+    std::os::unix::fs::symlink(&cuda, dir.join("libcuda.so.1")).unwrap();
+    let state = dir.join("sim.state");
+    let mut child = Command::new(&workload)
+        .args(["fill", "--chunk", "1Gi", "--hold-ms", "30000"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("GPUSLICE_SIM_STATE", &state)
+        .env_remove("LD_PRELOAD")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.contains("allocations="),
+        "the workload holds memory: {line}"
+    );
+    let absent = [
+        ("--containerd-config", dir.join("absent.toml")),
+        ("--docker-config", dir.join("absent.json")),
+        ("--crio-dir", dir.join("absent")),
+    ];
+    let extra: Vec<(&str, &Path)> = absent.iter().map(|(f, p)| (*f, p.as_path())).collect();
+    let env = [
+        ("GPUSLICE_NVML_LIBRARY", &nvml),
+        ("GPUSLICE_SIM_STATE", &state),
+    ];
+    let env: Vec<(&str, &Path)> = env.iter().map(|(k, p)| (*k, p.as_path())).collect();
+    let out = String::from_utf8_lossy(&doctor(&dir, &extra, &env).stdout).into_owned();
+    let (s, detail, fix) = row(&out, "gpu-owners");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(s, "WARN", "{out}");
+    assert!(
+        detail.contains(&format!("GPU 0: pid {} (gpuslice-worklo,", child.id())),
+        "{detail}"
+    );
+    assert!(detail.contains("MiB)"), "{detail}");
+    assert!(
+        fix.unwrap_or_default()
+            .contains("nvidia.com/gpu.deploy.device-plugin=false"),
+        "{out}"
+    );
+    let out = String::from_utf8_lossy(&doctor(&dir, &extra, &env).stdout).into_owned();
+    assert_eq!(row(&out, "gpu-owners").0, "OK", "after exit:\n{out}");
 }

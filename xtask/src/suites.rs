@@ -360,6 +360,8 @@ fn e2e() -> Result<()> {
     let mut c = cargo();
     c.env("GPUSLICE_DIST", &dist);
     c.env("GPUSLICE_PACKAGES", crate::package::out_dir());
+    // tests/node_image_cri.rs runs `xtask image` (this binary) on a base it builds itself.
+    c.env("GPUSLICE_XTASK", std::env::current_exe()?);
     c.args([
         "test",
         "-p",

@@ -1,14 +1,17 @@
 //! `gpuslice configure containerd`: a `gpuslice` CRI runtime class in containerd's config,
 //! versions 1, 2 and 3 (the CRI plugin's key differs per version). Versions 2 and 3 get a
 //! drop-in file listed in `imports` (the main file gains only that line); version 1 (no
-//! `imports`) and `--in-place` edit the main file. The drop-in carries a copy of the main
-//! file's whole CRI plugin table plus the class, because containerd 1.x replaces a plugin's
-//! table with the imported one instead of merging the two.
+//! `imports`) and `--in-place` edit the main file. What the drop-in carries depends on the
+//! containerd series ([`Merge`], [`super::ctd_imports`]): for 1.x, which replaces a plugin's
+//! table with the imported one, the CRI table as loaded before the drop-in (main file and
+//! earlier imports such as NVIDIA's toolkit drop-in) plus the class; for 2.x, which merges key
+//! by key, only the class and the keys gpuslice sets.
 
 use std::path::{Path, PathBuf};
 
 use toml_edit::{DocumentMut, Item, Table};
 
+use super::ctd_imports::{self, Merge};
 use super::tomlx::{self, copy_missing, ensure_in_array, get_table, set_bool, set_str, table_at};
 use super::{read_optional, ConfigureError, FileChange};
 
@@ -23,7 +26,9 @@ pub const RUNC_TYPE: &str = "io.containerd.runc.v2";
 /// `cdi_spec_dirs` written with `--enable-cdi` when none are set.
 pub const CDI_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
 /// The first line of the drop-in.
-pub const DROP_IN_HEADER: &str = "# Written by `gpuslice configure containerd`: the CRI plugin table of the main config\n# (copied, because containerd 1.x replaces a plugin table from an import instead of merging it)\n# plus the gpuslice runtime class. Edit the main config and run the command again.\n";
+pub const DROP_IN_HEADER: &str = "# Written by `gpuslice configure containerd` for containerd 1.x: the CRI plugin table as\n# containerd loads it before this file (the main config and every earlier import, e.g. NVIDIA's\n# toolkit drop-in), copied because containerd 1.x replaces a plugin table from an import instead\n# of merging it, plus the gpuslice runtime class. Edit those files and run the command again.\n";
+/// The first lines of the drop-in for containerd 2.x, which merges imported tables key by key.
+pub const DROP_IN_HEADER_DEEP: &str = "# Written by `gpuslice configure containerd` for containerd 2.x (which merges imported plugin\n# tables key by key): only the gpuslice runtime class and the keys gpuslice sets.\n";
 
 /// How the class runs gpuslice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -54,6 +59,9 @@ pub struct Options {
     pub enable_cdi: bool,
     /// Version of a config file written from nothing (the file does not exist): 2 or 3.
     pub new_version: i64,
+    /// Major version of the containerd that loads the file (`None`: unknown), which decides
+    /// how much of the CRI table the drop-in carries ([`Merge::for_config`]).
+    pub series: Option<u32>,
 }
 
 /// The CRI plugin's table path for a config version.
@@ -118,11 +126,6 @@ pub fn plan(opts: &Options) -> Result<Vec<FileChange>, ConfigureError> {
     )
     .map_err(|e| ConfigureError::io(path, e))?;
     add_import(&mut doc, path, &drop_in)?;
-    let main_change = FileChange {
-        path: path.clone(),
-        old,
-        new: doc.to_string(),
-    };
     let old_drop = read_optional(&drop_in)?;
     let previous_class = match &old_drop {
         Some(t) => {
@@ -133,7 +136,14 @@ pub fn plan(opts: &Options) -> Result<Vec<FileChange>, ConfigureError> {
         }
         None => None,
     };
-    let new_drop = render_drop_in(&doc, version, keys, previous_class, opts, &drop_in)?;
+    let merge = Merge::for_config(version, opts.series);
+    let loaded = cri_before_drop_in(&mut doc, path, &drop_in, merge)?;
+    let main_change = FileChange {
+        path: path.clone(),
+        old,
+        new: doc.to_string(),
+    };
+    let new_drop = render_drop_in(&doc, loaded, previous_class, opts, &drop_in, merge)?;
     Ok(vec![
         main_change,
         FileChange {
@@ -144,41 +154,54 @@ pub fn plan(opts: &Options) -> Result<Vec<FileChange>, ConfigureError> {
     ])
 }
 
+/// The CRI table containerd loads before the drop-in. Under containerd 1.x's rule the drop-in
+/// must be the last file naming that table: when a file loaded after it does (NVIDIA's toolkit
+/// adds `conf.d/*.toml` behind an `imports` entry naming our drop-in), the entry naming the
+/// drop-in is moved to the end of `imports` (or dropped where a later glob covers it) once.
+fn cri_before_drop_in(
+    doc: &mut DocumentMut,
+    path: &Path,
+    drop_in: &Path,
+    merge: Merge,
+) -> Result<Option<Table>, ConfigureError> {
+    let main_abs = std::path::absolute(path).map_err(|e| ConfigureError::io(path, e))?;
+    let order = ctd_imports::load_order(&main_abs, doc, drop_in)?;
+    let first = ctd_imports::cri_before_ours(&order, drop_in, merge);
+    if first.is_ok() || merge == Merge::Deep {
+        return first;
+    }
+    super::ctd_remove::remove_import(doc, path, drop_in);
+    add_import(doc, path, drop_in)?;
+    let order = ctd_imports::load_order(&main_abs, doc, drop_in)?;
+    ctd_imports::cri_before_ours(&order, drop_in, merge)
+}
+
+/// The drop-in's text: under [`Merge::Replace`] the CRI table containerd has before it plus
+/// the class; under [`Merge::Deep`] only what gpuslice adds to that table.
 fn render_drop_in(
     main: &DocumentMut,
-    version: i64,
-    keys: [&str; 2],
+    loaded: Option<Table>,
     previous_class: Option<Table>,
     opts: &Options,
     drop_in: &Path,
+    merge: Merge,
 ) -> Result<String, ConfigureError> {
+    let version = version_of(main, &opts.config)?;
+    let keys = cri_keys(version).unwrap_or(["plugins", "cri"]);
     let mut out = DocumentMut::new();
     out.insert("version", toml_edit::value(version));
     let mut plugins = Table::new();
     plugins.set_implicit(true);
-    // The CRI table of the main file, with the key spelled as there.
-    let main_cri = main
+    // The key spelled as in the main file, where it has one.
+    let key = main
         .get("plugins")
         .and_then(Item::as_table)
         .and_then(|p| p.get_key_value(keys[1]))
-        .and_then(|(k, v)| v.as_table().map(|t| (k.clone(), t.clone())));
-    let (key, mut cri) = match main_cri {
-        Some((k, mut t)) => {
-            tomlx::forget_positions(&mut t);
-            t.set_implicit(true);
-            let prefix = t.decor().prefix().and_then(|p| p.as_str()).unwrap_or("");
-            if !prefix.starts_with('\n') {
-                let p = format!("\n{prefix}");
-                t.decor_mut().set_prefix(p);
-            }
-            (k, t)
-        }
-        None => {
-            let mut t = Table::new();
-            t.set_implicit(true);
-            (toml_edit::Key::new(keys[1]), t)
-        }
-    };
+        .map_or_else(|| toml_edit::Key::new(keys[1]), |(k, _)| k.clone());
+    let mut cri = loaded.unwrap_or_default();
+    tomlx::forget_positions(&mut cri);
+    cri.set_implicit(true);
+    let before = cri.clone();
     if let Some(mut prev) = previous_class {
         tomlx::forget_positions(&mut prev);
         let default_name = get_table(&cri, &["containerd"]).and_then(default_runtime_name);
@@ -188,13 +211,67 @@ fn render_drop_in(
         runtimes.insert(CLASS, Item::Table(prev));
     }
     edit_cri(&mut cri, opts, drop_in)?;
+    if merge == Merge::Deep {
+        cri = only_added(&before, &cri, opts, drop_in)?;
+    }
+    let prefix = cri.decor().prefix().and_then(|p| p.as_str()).unwrap_or("");
+    if !prefix.starts_with('\n') {
+        let p = format!("\n{prefix}");
+        cri.decor_mut().set_prefix(p);
+    }
     plugins.insert_formatted(&key, Item::Table(cri));
     out.insert("plugins", Item::Table(plugins));
-    let mut text = format!("{DROP_IN_HEADER}{out}");
+    let header = match merge {
+        Merge::Replace => DROP_IN_HEADER,
+        Merge::Deep => DROP_IN_HEADER_DEEP,
+    };
+    let mut text = format!("{header}{out}");
     if !text.ends_with('\n') {
         text.push('\n');
     }
     Ok(text)
+}
+
+/// What gpuslice added to the CRI table `before` (containerd 2.x merges the rest itself): the
+/// class, the built-in `runc` class where it was written out, the default runtime and CDI keys
+/// when asked for.
+fn only_added(
+    before: &Table,
+    edited: &Table,
+    opts: &Options,
+    path: &Path,
+) -> Result<Table, ConfigureError> {
+    let mut out = Table::new();
+    out.set_implicit(true);
+    let runtimes = ["containerd", "runtimes"];
+    let had = |name: &str| get_table(before, &runtimes).is_some_and(|r| r.contains_key(name));
+    if let Some(edited_runtimes) = get_table(edited, &runtimes) {
+        for name in [BUILTIN_DEFAULT, CLASS] {
+            if name == CLASS || !had(name) {
+                if let Some(class) = edited_runtimes.get(name) {
+                    table_at(&mut out, &runtimes, path)?.insert(name, class.clone());
+                }
+            }
+        }
+    }
+    if opts.default_runtime {
+        set_str(
+            table_at(&mut out, &["containerd"], path)?,
+            "default_runtime_name",
+            CLASS,
+        );
+    }
+    if opts.enable_cdi {
+        for k in ["enable_cdi", "cdi_spec_dirs"] {
+            if let Some(v) = edited
+                .get(k)
+                .filter(|_| k == "enable_cdi" || !before.contains_key(k))
+            {
+                out.insert(k, v.clone());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// `imports` gains `drop_in` unless an entry (path or glob, relative to the config's

@@ -6,6 +6,8 @@
 
 pub mod containerd;
 pub mod crio;
+pub mod ctd_imports;
+pub mod ctd_remove;
 pub mod docker;
 pub(crate) mod tomlx;
 
@@ -280,32 +282,92 @@ pub fn sibling_binary(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/bin").join(name))
 }
 
+/// The containerd editor's options from the command line.
+fn containerd_options(
+    a: &crate::configure_args::ContainerdArgs,
+    runtime_path: PathBuf,
+) -> containerd::Options {
+    use crate::configure_args::ContainerdStyle;
+    containerd::Options {
+        config: a.file.clone(),
+        drop_in: a.drop_in.clone(),
+        in_place: a.in_place,
+        style: match a.style {
+            ContainerdStyle::BinaryName => containerd::Style::BinaryName,
+            ContainerdStyle::Shim => containerd::Style::Shim,
+        },
+        runtime_path,
+        default_runtime: a.common.default_runtime,
+        enable_cdi: a.enable_cdi,
+        new_version: a.new_version,
+        series: match a.containerd_major {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => ctd_imports::detect_series(),
+        },
+    }
+}
+
+/// `gpuslice configure containerd --remove`: rewrites the main file without gpuslice's
+/// entries (no backup: what is undone is gpuslice's own) and deletes the drop-in.
+fn remove_containerd(a: &crate::configure_args::ContainerdArgs) -> i32 {
+    let opts = containerd_options(a, PathBuf::new());
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("gpuslice configure containerd --remove: {e}");
+        1
+    };
+    let removal = match ctd_remove::plan_remove(&opts) {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let mut stdout = std::io::stdout();
+    if a.common.dry_run {
+        for c in &removal.changes {
+            let _ = stdout.write_all(c.diff().as_bytes());
+        }
+        for p in &removal.delete {
+            println!("would delete {}", p.display());
+        }
+        return 0;
+    }
+    let mut changed = false;
+    for c in removal.changes.iter().filter(|c| c.changes()) {
+        if let Err(e) = write_atomic(&c.path, &c.new, Some(&c.path)) {
+            return fail(&e);
+        }
+        println!("  updated: {}", c.path.display());
+        changed = true;
+    }
+    for p in &removal.delete {
+        if let Err(e) = std::fs::remove_file(p) {
+            return fail(&ConfigureError::io(p, e));
+        }
+        println!("  deleted: {}", p.display());
+        changed = true;
+    }
+    if changed {
+        println!("restart containerd for the change to take effect");
+    } else {
+        println!("containerd: no gpuslice configuration found; nothing changed");
+    }
+    0
+}
+
 /// `gpuslice configure <engine>`: plans, applies (or prints the diff) and reports; the exit
 /// status (0 done or nothing to do, 1 refused or failed).
 pub fn run(cmd: &crate::configure_args::ConfigureCommand) -> i32 {
-    use crate::configure_args::{ConfigureCommand as C, ContainerdStyle, DockerStyle};
+    use crate::configure_args::{ConfigureCommand as C, DockerStyle};
     let runtime = |c: &crate::configure_args::CommonArgs| {
         c.runtime_path
             .clone()
             .unwrap_or_else(|| sibling_binary("gpuslice-runtime"))
     };
     let (engine, common, planned) = match cmd {
+        C::Containerd(a) if a.remove => return remove_containerd(a),
         C::Containerd(a) => (
             "containerd",
             &a.common,
-            containerd::plan(&containerd::Options {
-                config: a.file.clone(),
-                drop_in: a.drop_in.clone(),
-                in_place: a.in_place,
-                style: match a.style {
-                    ContainerdStyle::BinaryName => containerd::Style::BinaryName,
-                    ContainerdStyle::Shim => containerd::Style::Shim,
-                },
-                runtime_path: runtime(&a.common),
-                default_runtime: a.common.default_runtime,
-                enable_cdi: a.enable_cdi,
-                new_version: a.new_version,
-            }),
+            containerd::plan(&containerd_options(a, runtime(&a.common))),
         ),
         C::Docker(a) => (
             "docker",

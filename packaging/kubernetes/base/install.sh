@@ -9,7 +9,10 @@
 #  3. optionally links containerd-shim-gpuslice-v2 into a directory on containerd's PATH
 #     ($GPUSLICE_SHIM_LINK_DIR, the containerd-shim overlay);
 #  4. runs `gpuslice configure containerd` on the node's containerd config (hostPath
-#     /etc/containerd at the same path), with --runtime-path naming the installed runtime;
+#     /etc/containerd at the same path), with --runtime-path naming the installed runtime and,
+#     when $GPUSLICE_CONTAINERD_MAJOR is set (1 or 2), --containerd-major (which decides whether
+#     the drop-in carries the whole CRI table, as containerd 1.x needs, or only the class; unset,
+#     a version 2 file gets 1.x's form, which 2.x loads too; docs/configure.md);
 #  5. k3s / RKE2 ($GPUSLICE_CONTAINERD_TEMPLATE, e.g. /var/lib/rancher/k3s/agent/etc/containerd/
 #     config.toml.tmpl): they regenerate config.toml from a template at every start, which would
 #     drop step 4's `imports` line; a template that is k3s's own base plus that line is written
@@ -30,6 +33,7 @@ SHIM_LINK_DIR=${GPUSLICE_SHIM_LINK_DIR:-}
 CONFIG_SRC=${GPUSLICE_CONFIG_SOURCE:-/etc/gpuslice-config/config.toml}
 CONFIG_DST=${GPUSLICE_CONFIG_TARGET:-/etc/gpuslice/config.toml}
 TEMPLATE=${GPUSLICE_CONTAINERD_TEMPLATE:-}
+MAJOR=${GPUSLICE_CONTAINERD_MAJOR:-}
 # The drop-in `gpuslice configure containerd` writes and lists in `imports` (its default).
 DROP_IN="$(dirname "$CONF")/conf.d/gpuslice.toml"
 
@@ -49,6 +53,7 @@ put() {
 
 case "$STYLE" in binary-name|shim) ;; *) die "GPUSLICE_CONTAINERD_STYLE=$STYLE (binary-name or shim)" ;; esac
 case "$RESTART" in systemd|none) ;; *) die "GPUSLICE_RESTART=$RESTART (systemd or none)" ;; esac
+case "$MAJOR" in ''|1|2) ;; *) die "GPUSLICE_CONTAINERD_MAJOR=$MAJOR (1, 2 or unset)" ;; esac
 if [ -n "$SHIM_LINK_DIR" ] && [ ! -d "$SHIM_LINK_DIR" ]; then
     die "GPUSLICE_SHIM_LINK_DIR=$SHIM_LINK_DIR is not a directory"
 fi
@@ -89,7 +94,7 @@ snapshot() { cat "$CONF" "$DROP_IN" 2>/dev/null | cksum; }
 before=$(snapshot)
 # shellcheck disable=SC2086 # EXTRA is a list of options
 "$PREFIX/bin/gpuslice" configure containerd --file "$CONF" --style "$STYLE" \
-    --runtime-path "$PREFIX/bin/gpuslice-runtime" $EXTRA
+    --runtime-path "$PREFIX/bin/gpuslice-runtime" ${MAJOR:+--containerd-major "$MAJOR"} $EXTRA
 after=$(snapshot)
 
 # 5. k3s / RKE2: keep the import across their regeneration of config.toml. The base template

@@ -578,17 +578,19 @@ fn examples_share_one_gpu_with_valid_requests() {
 }
 
 #[test]
-fn the_installer_script_is_valid_sh() {
-    let out = std::process::Command::new("sh")
-        .arg("-n")
-        .arg(kubernetes_dir().join("base/install.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn the_installer_scripts_are_valid_sh() {
+    for script in ["base/install.sh", "overlays/uninstall/uninstall.sh"] {
+        let out = std::process::Command::new("sh")
+            .arg("-n")
+            .arg(kubernetes_dir().join(script))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

@@ -188,12 +188,29 @@ impl Cri {
         for d in cdi_devices {
             config = config.msg(17, Msg::new().str(1, d));
         }
+        self.create_with(pod_id, pod, config)
+    }
+
+    /// `CreateContainer` of the `ContainerConfig` `config`; returns the container id.
+    fn create_with(&self, pod_id: &str, pod: &PodSpec, config: Msg) -> Result<String> {
         let req = Msg::new()
             .str(1, pod_id)
             .msg(2, config)
             .msg(3, pod.config());
         let r = self.call("RuntimeService/CreateContainer", &req)?;
         Ok(proto::get_str(&r, 1))
+    }
+
+    /// [`Cri::create_container`] from the image `image` instead of the test image (a second
+    /// `ContainerConfig.image` field: protobuf merges it over the first, so its name wins).
+    pub fn create_container_from(
+        &self,
+        pod_id: &str,
+        pod: &PodSpec,
+        c: &ContainerSpec,
+        image: &str,
+    ) -> Result<String> {
+        self.create_with(pod_id, pod, c.config().msg(2, Msg::new().str(1, image)))
     }
 
     /// `StartContainer`.

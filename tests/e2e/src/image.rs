@@ -43,7 +43,6 @@ pub fn build_rootfs(root: &Path) -> Result<()> {
     )?;
     // Libraries: the workload's, the simulated driver's and the interposer's (mounted from the
     // host at run time, but they load inside the container with the image's libc).
-    let mut libs = BTreeSet::new();
     let mut objs = vec![
         paths::workload(),
         paths::sim_lib_dir().join("libcuda.so.1"),
@@ -52,12 +51,7 @@ pub fn build_rootfs(root: &Path) -> Result<()> {
     if paths::interposer().exists() {
         objs.push(paths::interposer());
     }
-    for o in &objs {
-        libs.extend(ldd(o)?);
-    }
-    for l in &libs {
-        copy_file(l, &root.join(l.strip_prefix("/").unwrap_or(l)))?;
-    }
+    add_libraries(root, &objs)?;
     // busybox as /bin/sh and a few applets for debugging.
     let bb = ["/bin/busybox", "/usr/bin/busybox"]
         .into_iter()
@@ -79,6 +73,19 @@ pub fn build_rootfs(root: &Path) -> Result<()> {
     )?;
     std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
     std::fs::write(root.join("etc/hostname"), "gpuslice-test\n")?;
+    Ok(())
+}
+
+/// Copies into `root` the shared libraries the objects `objs` load (the dynamic loader
+/// included), at their host paths.
+pub fn add_libraries(root: &Path, objs: &[PathBuf]) -> Result<()> {
+    let mut libs = BTreeSet::new();
+    for o in objs {
+        libs.extend(ldd(o)?);
+    }
+    for l in &libs {
+        copy_file(l, &root.join(l.strip_prefix("/").unwrap_or(l)))?;
+    }
     Ok(())
 }
 

@@ -18,6 +18,7 @@
 //! - [`shimv2`]: containerd-shim-gpuslice-v2 set-up (runtime class, PATH, `ctr run --runtime`)
 //! - [`workload`]: running `gpuslice-workload` and reading its `key=value` output
 //! - [`package`]: the Debian package on a clean (debootstrap) root
+//! - [`stock`]: stock containerd configurations made runnable here, one-container Pods
 
 pub mod cdi;
 pub mod containerd;
@@ -37,6 +38,7 @@ pub mod scratch;
 pub mod shimv2;
 pub mod sim;
 pub mod snapshot;
+pub mod stock;
 pub mod suite;
 pub mod workload;
 
