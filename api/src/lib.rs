@@ -13,8 +13,8 @@ pub use config::{
 };
 pub use protocol::{
     AssignedDevice, BackstopEvent, ContextStatus, DeviceStatus, ErrorCode, NodeStatus, Owner,
-    Request, RequestEnvelope, Response, ResponseEnvelope, ShareStatus, SliceStatus,
-    PROTOCOL_VERSION,
+    ProcessFootprint, Request, RequestEnvelope, Response, ResponseEnvelope, ShareStatus,
+    SliceStatus, PROTOCOL_VERSION,
 };
 pub use quantity::{ByteSize, MemoryRequest, QuantityError};
 pub use request::{DeviceRef, DeviceSelector, Priority, RequestError, SliceRequest};

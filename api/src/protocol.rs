@@ -260,6 +260,32 @@ pub struct NodeStatus {
     /// Recent backstop actions (a few per slice, newest last); empty when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backstop: Vec<BackstopEvent>,
+    /// Each slice process's own footprint as the backstop saw it last (empty without a
+    /// backstop, or from arbiters that predate it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessFootprint>,
+}
+
+/// One process of a slice on one device, as the backstop last saw it: what NVML lists for it
+/// against what the interposer counted for its allocations. The difference is the process's
+/// own context and module footprint, learned per process (`docs/contexts.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessFootprint {
+    /// The slice.
+    pub slice_id: String,
+    /// NVML index of the device.
+    pub device: u32,
+    /// Host pid.
+    pub pid: u32,
+    /// Bytes NVML lists for the process on the device.
+    pub used: u64,
+    /// Bytes of allocations the interposer counted for it there (its record in the slice's
+    /// `usage` less its context charge; 0 when it has no record). `None`: the usage file could
+    /// not be read.
+    pub counted: Option<u64>,
+    /// `used − counted`: its context and lazily loaded modules (plus, for a process that
+    /// bypasses the interposer, what it hid). `None` with `counted`.
+    pub footprint: Option<u64>,
 }
 
 /// What kind of error a request met.

@@ -163,6 +163,14 @@ fn responses_round_trip() {
                 message: "killed pid 4121".into(),
                 at_ms: 1,
             }],
+            processes: vec![gpuslice_api::ProcessFootprint {
+                slice_id: "a".into(),
+                device: 0,
+                pid: 4121,
+                used: 8 << 30,
+                counted: Some(7 << 30),
+                footprint: Some(1 << 30),
+            }],
         }),
         Response::Error {
             code: ErrorCode::Refused,

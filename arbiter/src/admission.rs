@@ -642,6 +642,7 @@ impl Admission {
             devices,
             slices: self.slices.values().cloned().collect(),
             backstop: Vec::new(),
+            processes: Vec::new(),
         }
     }
 }

@@ -64,7 +64,7 @@ fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
 /// Renders one scrape in the Prometheus text format.
 pub fn render(src: &Sources) -> String {
     let mut counters = String::new();
-    let (status, slices, contexts, charge) = {
+    let (status, slices, contexts, charge, footprints) = {
         let st = src.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.events().encode(&mut counters).is_err() {
             counters.clear();
@@ -72,7 +72,10 @@ pub fn render(src: &Sources) -> String {
         let status = st.admission().status();
         let slices = status.slices.clone();
         let charge = st.admission().policy().context_reserve;
-        (status, slices, st.contexts().to_vec(), charge)
+        let footprints = st
+            .events()
+            .footprints(|id| st.admission().slice(id).is_some());
+        (status, slices, st.contexts().to_vec(), charge, footprints)
     };
     let mut reg = Registry::default();
 
@@ -107,6 +110,17 @@ pub fn render(src: &Sources) -> String {
         ctx_footprint.get_or_create(&l).set(f.bytes as f64);
         let l = labels(&[("device", &device), ("uuid", &f.uuid)]);
         ctx_charge.get_or_create(&l).set(charge as f64);
+    }
+    let own = gauge_family();
+    for p in footprints {
+        if let Some(f) = p.footprint {
+            let l = labels(&[
+                ("slice", &p.slice_id),
+                ("device", &p.device.to_string()),
+                ("pid", &p.pid.to_string()),
+            ]);
+            own.get_or_create(&l).set(f as f64);
+        }
     }
 
     let cap = gauge_family();
@@ -173,6 +187,11 @@ pub fn render(src: &Sources) -> String {
         "gpuslice_device_context_charge_bytes",
         "What each process is charged on the device for its context and lazily loaded modules",
         ctx_charge,
+    );
+    reg.register(
+        "gpuslice_slice_process_footprint_bytes",
+        "What NVML lists for a slice process beyond the allocations the interposer counted for it: its own context and lazily loaded modules (from the backstop's last check)",
+        own,
     );
     reg.register(
         "gpuslice_slice_memory_cap_bytes",

@@ -304,3 +304,57 @@ fn the_measured_context_footprint_is_exported_per_device() {
     assert_eq!(m[&key(charge, 0, "")], (774 * MI) as f64, "{m:?}");
     assert_eq!(m[&key(charge, 1, "")], (774 * MI) as f64);
 }
+
+/// Each slice process's own footprint from the backstop's last check (NVML's figure less what
+/// the interposer counted), for admitted slices only; a process whose count is unknown has none.
+#[test]
+fn each_process_footprint_is_exported() {
+    use gpuslice_api::ProcessFootprint;
+    const MI: u64 = 1 << 20;
+    let tmp = TempDir::new("footprints");
+    let st = state(&tmp.0);
+    let r = st.lock().unwrap().handle(Request::Admit {
+        slice_id: "job1".into(),
+        request: SliceRequest {
+            memory: Some("1Gi".parse().unwrap()),
+            ..SliceRequest::default()
+        },
+        owner: Owner::default(),
+    });
+    assert!(matches!(r, Response::Admitted { .. }), "{r:?}");
+    let fp = |slice: &str, pid, footprint: Option<u64>| ProcessFootprint {
+        slice_id: slice.into(),
+        device: 0,
+        pid,
+        used: GI + 520 * MI,
+        counted: footprint.map(|f| GI + 520 * MI - f),
+        footprint,
+    };
+    st.lock().unwrap().events().set_footprints(vec![
+        fp("job1", 4121, Some(520 * MI)),
+        fp("job1", 4122, None),
+        fp("gone", 9, Some(MI)),
+    ]);
+    let src = Sources {
+        state: Arc::clone(&st),
+        state_dir: tmp.0.clone(),
+        sched: None,
+    };
+    let m = parse(&metrics::render(&src));
+    let name = "gpuslice_slice_process_footprint_bytes";
+    let got: Vec<(&String, &f64)> = m.iter().filter(|(k, _)| k.starts_with(name)).collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        m[&format!("{name}{{slice=\"job1\",device=\"0\",pid=\"4121\"}}")],
+        (520 * MI) as f64
+    );
+    // The status reply carries them too.
+    let reply = st.lock().unwrap().handle(Request::Status {});
+    match reply {
+        Response::Status(s) => {
+            assert_eq!(s.processes.len(), 2, "{:?}", s.processes);
+            assert_eq!(s.processes[0].footprint, Some(520 * MI));
+        }
+        other => panic!("{other:?}"),
+    }
+}

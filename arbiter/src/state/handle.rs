@@ -163,6 +163,9 @@ impl State {
                     crate::sched::fill_shares(&mut status, &sched.status());
                 }
                 status.backstop = self.events.recent_backstop();
+                status.processes = self
+                    .events
+                    .footprints(|id| self.admission.slice(id).is_some());
                 let policy = self.admission.policy();
                 for d in &mut status.devices {
                     d.context = crate::contexts::status_of(&self.contexts, d.index, policy);

@@ -60,6 +60,15 @@ fn an_honest_process_at_its_cap_is_never_killed() {
         n.spawn_owner("a", "\"memory\":\"1Gi\"", &w, &args),
     )];
     ts[0].1.send("go").expect("start the tenant");
+    // The backstop learns the process's own footprint while it holds its cap: NVML's figure
+    // less the 1 GiB the interposer counted is its context (518 MiB) and module (64 MiB).
+    let mut last = serde_json::Value::Null;
+    let learned = gpuslice_reliability::node::wait_until(Duration::from_secs(60), || {
+        last = n.status()["processes"].clone();
+        last[0]["footprint"].as_u64() == Some(582 << 20)
+    });
+    assert!(learned.is_some(), "footprints in the status reply: {last}");
+    assert_eq!(last[0]["counted"].as_u64(), Some(1 << 30), "{last}");
     assert_all_ran_unjudged(&n, &mut ts);
 }
 
