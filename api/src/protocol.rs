@@ -189,7 +189,7 @@ pub struct ContextStatus {
     /// The NVIDIA driver version it belongs to.
     pub driver: String,
     /// What each process is charged on the device for its context and lazily loaded modules:
-    /// the larger of `admission.context_reserve` and the node's largest footprint plus
+    /// the larger of `admission.context_reserve` and this device's own footprint plus
     /// `admission.module_allowance`.
     pub charge: u64,
 }

@@ -10,9 +10,10 @@
 //! the kubelet plugin publishes capacity from the same figures ([`node_policy`]). A device that
 //! cannot be measured is assumed to hold [`FALLBACK_CONTEXT_FOOTPRINT`].
 //!
-//! The per-process context charge (interposer, admission's reserve, the backstop's allowance,
-//! published capacity) is then the larger of `admission.context_reserve` and the node's largest
-//! footprint plus `admission.module_allowance` ([`Policy::with_footprint`]): configuration may
+//! Each device's per-process context charge (interposer, admission's reserve, the backstop's
+//! allowance, published capacity) is then the larger of `admission.context_reserve` and that
+//! device's own footprint plus `admission.module_allowance` ([`Policy::with_footprints`]), so
+//! a node with GPUs of different kinds charges each what its contexts cost: configuration may
 //! raise it, never lower it below what was measured.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -50,17 +51,16 @@ pub struct Footprint {
     pub source: String,
 }
 
-/// The largest footprint among `list` (the node's charge follows the largest).
-pub fn largest(list: &[Footprint]) -> u64 {
-    list.iter()
-        .map(|f| f.bytes)
-        .max()
-        .unwrap_or(FALLBACK_CONTEXT_FOOTPRINT)
-}
-
-/// The admission policy of this node: `c` with its context charge following `list`.
+/// The admission policy of this node: `c` with each device's context charge following its
+/// own footprint in `list`; a device not in it (none measured yet) is charged as if its
+/// context held [`FALLBACK_CONTEXT_FOOTPRINT`].
 pub fn policy_for(c: &AdmissionConfig, list: &[Footprint]) -> Policy {
-    Policy::from(c).with_footprint(largest(list), c.module_allowance.0)
+    Policy::from(c)
+        .with_unmeasured(FALLBACK_CONTEXT_FOOTPRINT, c.module_allowance.0)
+        .with_footprints(
+            list.iter().map(|f| (f.index, f.bytes)),
+            c.module_allowance.0,
+        )
 }
 
 /// The policy the arbiter of `state_dir` uses, from its saved measurement (the footprint assumed
@@ -89,7 +89,7 @@ pub fn status_of(list: &[Footprint], index: u32, policy: &Policy) -> Option<Cont
             footprint: f.bytes,
             source: f.source.clone(),
             driver: f.driver.clone(),
-            charge: policy.context_reserve,
+            charge: policy.charge_on(index),
         })
 }
 
@@ -263,30 +263,50 @@ mod tests {
     }
 
     #[test]
-    fn the_charge_follows_the_largest_footprint_and_config_only_raises_it() {
+    fn each_device_is_charged_its_own_footprint_and_config_only_raises_it() {
         const MI: u64 = 1 << 20;
-        let f = |bytes| Footprint {
-            index: 0,
-            uuid: "GPU-0".into(),
+        let f = |index, bytes| Footprint {
+            index,
+            uuid: format!("GPU-{index}"),
             driver: "580".into(),
             bytes,
             source: "measured".into(),
         };
         let c = AdmissionConfig::default(); // reserve 512 MiB, modules 256 MiB
+                                            // A mixed node: each device its own footprint + 256 MiB; one unlisted keeps the reserve.
+        let mixed = policy_for(&c, &[f(0, 518 * MI), f(1, 300 * MI)]);
+        assert_eq!(mixed.charge_on(0), 774 * MI);
+        assert_eq!(mixed.charge_on(1), 556 * MI);
         assert_eq!(
-            policy_for(&c, &[f(518 * MI), f(300 * MI)]).context_reserve,
-            774 * MI
+            mixed.charge_on(7),
+            774 * MI,
+            "not measured: assumed 518 MiB"
         );
+        assert_eq!(
+            Policy::default().charge_on(7),
+            512 * MI,
+            "the configured reserve"
+        );
+        assert_eq!(
+            mixed.reserve_on(1),
+            556 * MI * u64::from(c.processes_per_slice)
+        );
+        assert_eq!(mixed.commitment_on(1, Some(GI)), GI + mixed.reserve_on(1));
         let low = AdmissionConfig {
             context_reserve: gpuslice_api::ByteSize(16 * MI),
             ..c.clone()
         };
-        assert_eq!(policy_for(&low, &[f(518 * MI)]).context_reserve, 774 * MI);
+        assert_eq!(policy_for(&low, &[f(0, 518 * MI)]).charge_on(0), 774 * MI);
         let high = AdmissionConfig {
             context_reserve: gpuslice_api::ByteSize(2048 * MI),
             ..c
         };
-        assert_eq!(policy_for(&high, &[f(518 * MI)]).context_reserve, 2048 * MI);
-        assert_eq!(largest(&[]), FALLBACK_CONTEXT_FOOTPRINT);
+        let high = policy_for(&high, &[f(0, 518 * MI), f(1, 300 * MI)]);
+        assert_eq!(
+            (high.charge_on(0), high.charge_on(1)),
+            (2048 * MI, 2048 * MI)
+        );
     }
+
+    const GI: u64 = 1 << 30;
 }

@@ -116,10 +116,13 @@ fn run(cli: Cli) -> Result<()> {
         .with_context(|| format!("state directory {}", config.state_dir.display()))?;
     let contexts = measure_contexts(&inventory, &devices, &config.state_dir);
     let policy = gpuslice_arbiter::contexts::policy_for(&config.admission, &contexts);
-    tracing::info!(
-        "each process is charged {} MiB per device for its context and modules",
-        policy.context_reserve >> 20
-    );
+    for f in &contexts {
+        tracing::info!(
+            "device {}: each process is charged {} MiB for its context and modules",
+            f.index,
+            policy.charge_on(f.index) >> 20
+        );
+    }
     let (state, warnings) = State::open(devices, policy, store)
         .with_context(|| format!("reading slices in {}", config.state_dir.display()))?;
     let state = state.with_contexts(contexts);

@@ -64,18 +64,18 @@ fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
 /// Renders one scrape in the Prometheus text format.
 pub fn render(src: &Sources) -> String {
     let mut counters = String::new();
-    let (status, slices, contexts, charge, footprints) = {
+    let (status, slices, contexts, policy, footprints) = {
         let st = src.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.events().encode(&mut counters).is_err() {
             counters.clear();
         }
         let status = st.admission().status();
         let slices = status.slices.clone();
-        let charge = st.admission().policy().context_reserve;
+        let policy = st.admission().policy().clone();
         let footprints = st
             .events()
             .footprints(|id| st.admission().slice(id).is_some());
-        (status, slices, st.contexts().to_vec(), charge, footprints)
+        (status, slices, st.contexts().to_vec(), policy, footprints)
     };
     let mut reg = Registry::default();
 
@@ -109,7 +109,9 @@ pub fn render(src: &Sources) -> String {
         ]);
         ctx_footprint.get_or_create(&l).set(f.bytes as f64);
         let l = labels(&[("device", &device), ("uuid", &f.uuid)]);
-        ctx_charge.get_or_create(&l).set(charge as f64);
+        ctx_charge
+            .get_or_create(&l)
+            .set(policy.charge_on(f.index) as f64);
     }
     let own = gauge_family();
     for p in footprints {

@@ -560,7 +560,12 @@ fn the_admission_reserve_is_honoured() {
 
 /// A backstop that kills over memory and logs over the lease.
 fn killing(gpu: FakeGpu, host: FakeHost) -> Backstop<FakeGpu, FakeHost> {
-    Backstop::new(cfg(BackstopAction::Kill, BackstopAction::Log), gpu, host, None)
+    Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    )
 }
 
 /// Each slice process's own footprint is NVML's figure less what the interposer counted for
@@ -616,4 +621,17 @@ fn each_process_footprint_is_learned_and_named_in_the_kill() {
     none.truncate(0);
     b.tick(&none, None);
     assert!(b.footprints().is_empty());
+}
+
+/// Each device's own reserve (a mixed node): what admission promised on device 0 is honoured
+/// there, and another device's larger reserve is not lent to it.
+#[test]
+fn each_device_is_judged_with_its_own_reserve() {
+    let (mut b, slices) = forked_run(0);
+    b = b.with_device_reserve(1, 900 * MI);
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1, "device 1's reserve is not device 0's: {ev:?}");
+    let (b, slices) = forked_run(0);
+    let mut b = b.with_device_reserve(0, 900 * MI);
+    assert!(b.tick(&slices, None).is_empty());
 }

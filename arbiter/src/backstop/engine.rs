@@ -165,8 +165,11 @@ pub struct Backstop<G: GpuSource, H: Host> {
     ticks: u64,
     /// Sets of slices already warned about as indistinguishable (comma-joined ids).
     ambiguous: HashSet<String>,
-    /// The context reserve admission promised each slice beyond its cap.
+    /// The context reserve admission promised each slice beyond its cap, on a device without
+    /// its own in `device_reserves`.
     slice_reserve: u64,
+    /// Each device's own reserve per slice (NVML index → bytes): its contexts' charge.
+    device_reserves: HashMap<u32, u64>,
     /// Each slice process's footprint at the last tick (NVML's figure less what was counted).
     footprints: Vec<ProcessFootprint>,
 }
@@ -251,6 +254,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             ticks: 0,
             ambiguous: HashSet::new(),
             slice_reserve: 0,
+            device_reserves: HashMap::new(),
             footprints: Vec::new(),
         }
     }
@@ -295,10 +299,22 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
         self
     }
 
-    /// Device memory a slice's processes may hold together beyond its cap: the larger of
-    /// `context_allowance` and the reserve admission promised it.
-    fn slice_allowance(&self) -> u64 {
-        self.cfg.context_allowance.0.max(self.slice_reserve)
+    /// Sets the reserve admission promises each slice on device `index` (a mixed node: each
+    /// device's contexts cost what they cost there).
+    pub fn with_device_reserve(mut self, index: u32, reserve: u64) -> Self {
+        self.device_reserves.insert(index, reserve);
+        self
+    }
+
+    /// Device memory a slice's processes may hold together on device `dev` beyond its cap: the
+    /// larger of `context_allowance` and the reserve admission promised it there.
+    fn slice_allowance(&self, dev: u32) -> u64 {
+        let reserve = self
+            .device_reserves
+            .get(&dev)
+            .copied()
+            .unwrap_or(self.slice_reserve);
+        self.cfg.context_allowance.0.max(reserve)
     }
 
     /// The host (tests inspect what was done).
@@ -502,7 +518,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 let used: u64 = list.iter().map(|p| p.2).sum();
                 // What the slice was promised, however many processes it runs: the interposer
                 // charges every context under the same bound.
-                let allowance = self.slice_allowance();
+                let allowance = self.slice_allowance(dev);
                 let limit = cap.saturating_add(allowance);
                 if used <= limit {
                     continue;

@@ -50,18 +50,23 @@ pub fn spawn(
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let gpu = NvmlSource::open(nvml_library)?;
     let period = cfg.period.max(Duration::from_millis(10));
-    let reserve = state
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .admission()
-        .policy()
-        .reserve();
     let host = RealHost {
         state_dir: Some(state_dir.to_path_buf()),
         ..RealHost::default()
     };
-    let mut b =
-        Backstop::new(cfg, gpu, host, Some(state_dir.to_path_buf())).with_slice_reserve(reserve);
+    let mut b = Backstop::new(cfg, gpu, host, Some(state_dir.to_path_buf()));
+    {
+        let st = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let policy = st.admission().policy();
+        b = b.with_slice_reserve(
+            policy
+                .context_reserve
+                .saturating_mul(u64::from(policy.processes_per_slice)),
+        );
+        for d in st.admission().status().devices {
+            b = b.with_device_reserve(d.index, policy.reserve_on(d.index));
+        }
+    }
     std::thread::Builder::new()
         .name("backstop".into())
         .spawn(move || loop {
