@@ -192,6 +192,11 @@ pub struct ContextStatus {
     /// the larger of `admission.context_reserve` and this device's own footprint plus
     /// `admission.module_allowance`.
     pub charge: u64,
+    /// Why the footprint is not a measurement (`source: assumed`): the probe's error, such as
+    /// NVML not listing the probe process because the arbiter is not in the host's pid
+    /// namespace. The charge then carries a margin (`docs/contexts.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Achieved compute share of one slice on one device, as the scheduler charged it.

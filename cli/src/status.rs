@@ -212,6 +212,12 @@ impl StatusView {
                     c.driver,
                     bytes(c.charge)
                 );
+                if let Some(why) = &c.reason {
+                    let _ = writeln!(
+                        out,
+                        "  context NOT MEASURED: {why}; charged the assumed size with a margin"
+                    );
+                }
             }
             if d.slices.is_empty() {
                 out.push_str("  (no slices)\n");

@@ -138,6 +138,7 @@ fn fixed() -> StatusView {
                     source: "measured".into(),
                     driver: "580.159.04".into(),
                     charge: 774 << 20,
+                    reason: None,
                 }),
                 slices: vec![
                     SliceRow {
@@ -529,4 +530,33 @@ fn process_footprints_come_from_the_status_reply() {
     assert_eq!(f[0]["footprint"], 520 * MI);
     assert_eq!(f[0]["counted"], 8 * GI);
     assert!(f[1]["footprint"].is_null());
+}
+
+/// A device the arbiter could not measure says so, with the probe's reason, under its context
+/// line; `--json` carries the reason.
+#[test]
+fn an_unmeasured_context_says_why() {
+    let mut view = fixed();
+    let why = "NVML does not list the probe process: the arbiter is not in the host's pid \
+               namespace (its pids [48211, 7] from the host inward), and NVML lists host pids; \
+               run it with hostPID: true to measure contexts";
+    view.devices[0].context = Some(gpuslice_api::ContextStatus {
+        footprint: 518 << 20,
+        source: "assumed".into(),
+        driver: "580.159.04".into(),
+        charge: 904 << 20,
+        reason: Some(why.into()),
+    });
+    let text = view.render();
+    assert!(
+        text.contains(&format!(
+            "  context 518Mi (assumed, driver 580.159.04); each process charged 904Mi for its \
+             context and modules\n  context NOT MEASURED: {why}; charged the assumed size \
+             with a margin\n"
+        )),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&view.to_json()).unwrap();
+    assert_eq!(v["devices"][0]["context"]["reason"], why);
+    assert!(fixed().to_json().find("\"reason\"").is_none());
 }

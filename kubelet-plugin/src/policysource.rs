@@ -103,7 +103,7 @@ mod tests {
         };
         let config = AdmissionConfig::default();
         let src = PolicySource::following(&config, &dir);
-        assert_eq!(src.current().charge_on(0), 774 * MI, "none yet: assumed");
+        assert_eq!(src.current().charge_on(0), 904 * MI, "none yet: assumed");
         measure(1252 * MI);
         assert_eq!(
             src.current().charge_on(0),
@@ -113,7 +113,7 @@ mod tests {
         measure(300 * MI);
         assert_eq!(src.current().charge_on(0), 556 * MI, "measured again");
         std::fs::remove_file(dir.join(FILE)).expect("rm");
-        assert_eq!(src.current().charge_on(0), 774 * MI, "gone: assumed again");
+        assert_eq!(src.current().charge_on(0), 904 * MI, "gone: assumed again");
         // A fixed source never reads anything.
         measure(1252 * MI);
         let fixed = PolicySource::fixed(Policy::default());
