@@ -3,6 +3,7 @@
 //! node configuration file ([`config`]). No I/O beyond reading a config file.
 
 pub mod config;
+pub mod pod;
 pub mod protocol;
 pub mod quantity;
 pub mod request;
@@ -11,6 +12,7 @@ pub use config::{
     BackstopAction, BackstopConfig, Config, ConfigError, FailMode, KubernetesConfig, Placement,
     RuntimeConfig,
 };
+pub use pod::PodRef;
 pub use protocol::{
     AssignedDevice, BackstopEvent, ContextStatus, DeviceStatus, ErrorCode, NodeStatus, Owner,
     ProcessFootprint, Request, RequestEnvelope, Response, ResponseEnvelope, ShareStatus,

@@ -33,6 +33,10 @@ pub struct Owner {
     /// cgroup path of the container, used to find its processes and notice it is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// The Kubernetes Pod and container (from the CRI runtime's OCI annotations), for the
+    /// metrics' `namespace`, `pod` and `container` labels; `None` outside Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::pod::PodRef>,
 }
 
 /// A request to the arbiter.

@@ -57,6 +57,24 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
+/// The Kubernetes Pod of each slice (from its owner: the CRI runtime's annotations).
+type Pods = std::collections::HashMap<String, gpuslice_api::PodRef>;
+
+/// Labels of a per-slice series: `pairs` (the first is `slice`) and the slice's `namespace`,
+/// `pod` and `container`, empty outside Kubernetes (`gpuslice_api::pod`).
+fn slice_labels(pods: &Pods, pairs: &[(&str, &str)]) -> Labels {
+    let mut l = labels(pairs);
+    let pod = pairs
+        .first()
+        .and_then(|(_, id)| pods.get(*id))
+        .cloned()
+        .unwrap_or_default();
+    l.push(("namespace".into(), pod.namespace));
+    l.push(("pod".into(), pod.name));
+    l.push(("container".into(), pod.container));
+    l
+}
+
 fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
     Family::default()
 }
@@ -113,14 +131,21 @@ pub fn render(src: &Sources) -> String {
             .get_or_create(&l)
             .set(policy.charge_on(f.index) as f64);
     }
+    let pods: Pods = slices
+        .iter()
+        .filter_map(|s| Some((s.slice_id.clone(), s.owner.pod.clone()?)))
+        .collect();
     let own = gauge_family();
     for p in footprints {
         if let Some(f) = p.footprint {
-            let l = labels(&[
-                ("slice", &p.slice_id),
-                ("device", &p.device.to_string()),
-                ("pid", &p.pid.to_string()),
-            ]);
+            let l = slice_labels(
+                &pods,
+                &[
+                    ("slice", &p.slice_id),
+                    ("device", &p.device.to_string()),
+                    ("pid", &p.pid.to_string()),
+                ],
+            );
             own.get_or_create(&l).set(f as f64);
         }
     }
@@ -136,15 +161,18 @@ pub fn render(src: &Sources) -> String {
             crate::slices::slice_usage(&src.state_dir.join(&s.slice_id), s, Some(&table));
         if let Some((_, n)) = &measured {
             procs
-                .get_or_create(&labels(&[("slice", &s.slice_id)]))
+                .get_or_create(&slice_labels(&pods, &[("slice", &s.slice_id)]))
                 .set(*n as f64);
         }
         for (i, d) in s.devices.iter().enumerate() {
-            let l = labels(&[
-                ("slice", &s.slice_id),
-                ("device", &d.index.to_string()),
-                ("uuid", &d.uuid),
-            ]);
+            let l = slice_labels(
+                &pods,
+                &[
+                    ("slice", &s.slice_id),
+                    ("device", &d.index.to_string()),
+                    ("uuid", &d.uuid),
+                ],
+            );
             if let Some(c) = d.memory_cap {
                 cap.get_or_create(&l).set(c as f64);
             }
@@ -251,14 +279,13 @@ pub fn render(src: &Sources) -> String {
             for s in &d.slices {
                 for (w, v) in [("1s", s.achieved_1s), ("10s", s.achieved_10s)] {
                     achieved
-                        .get_or_create(&labels(&[
-                            ("slice", &s.slice_id),
-                            ("device", &di),
-                            ("window", w),
-                        ]))
+                        .get_or_create(&slice_labels(
+                            &pods,
+                            &[("slice", &s.slice_id), ("device", &di), ("window", w)],
+                        ))
                         .set(v);
                 }
-                let l = labels(&[("slice", &s.slice_id), ("device", &di)]);
+                let l = slice_labels(&pods, &[("slice", &s.slice_id), ("device", &di)]);
                 grants.get_or_create(&l).inc_by(s.grants);
                 wait.get_or_create(&l).inc_by(s.wait_ns as f64 / 1e9);
                 charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);

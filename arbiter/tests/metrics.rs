@@ -83,10 +83,21 @@ fn scrape_parses_and_carries_the_numbers() {
         compute_limit: Some(60),
         ..SliceRequest::default()
     };
+    // Its container is a Kubernetes Pod's (the CRI runtime's annotations, as gpuslice-oci
+    // reads them): every per-slice series carries its namespace, Pod and container.
+    let pod = gpuslice_api::PodRef {
+        namespace: "ml".into(),
+        name: "trainer-7f9c".into(),
+        container: "train".into(),
+    };
+    let owner = Owner {
+        pod: Some(pod),
+        ..Owner::default()
+    };
     let dir = match st.lock().unwrap().handle(Request::Admit {
         slice_id: "job1".into(),
         request: req,
-        owner: Owner::default(),
+        owner,
     }) {
         Response::Admitted { slice_dir, .. } => slice_dir,
         other => panic!("{other:?}"),
@@ -175,7 +186,8 @@ fn scrape_parses_and_carries_the_numbers() {
         .devices[0]
         .uuid
         .clone();
-    let sl = format!("slice=\"job1\",device=\"{idx}\",uuid=\"{uuid}\"");
+    let pod = "namespace=\"ml\",pod=\"trainer-7f9c\",container=\"train\"";
+    let sl = format!("slice=\"job1\",device=\"{idx}\",uuid=\"{uuid}\",{pod}");
     assert_eq!(
         m[&format!("gpuslice_slice_memory_cap_bytes{{{sl}}}")],
         (4 * GI) as f64
@@ -192,21 +204,26 @@ fn scrape_parses_and_carries_the_numbers() {
         m[&format!("gpuslice_slice_compute_limit_ratio{{{sl}}}")],
         0.6
     );
-    assert_eq!(m["gpuslice_slice_processes{slice=\"job1\"}"], 1.0);
+    assert_eq!(
+        m[&format!("gpuslice_slice_processes{{slice=\"job1\",{pod}}}")],
+        1.0
+    );
     assert_eq!(m["gpuslice_slices"], 1.0);
     assert!(m["gpuslice_admission_refusals_total{code=\"refused\"}"] >= 1.0);
     assert_eq!(
         m[&format!(
-            "gpuslice_slice_achieved_share_ratio{{slice=\"job1\",device=\"{idx}\",window=\"1s\"}}"
+            "gpuslice_slice_achieved_share_ratio{{slice=\"job1\",device=\"{idx}\",window=\"1s\",{pod}}}"
         )],
         0.25
     );
     assert_eq!(
-        m[&format!("gpuslice_slice_lease_grants_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        m[&format!("gpuslice_slice_lease_grants_total{{slice=\"job1\",device=\"{idx}\",{pod}}}")],
         21.0
     );
     assert_eq!(
-        m[&format!("gpuslice_slice_lease_wait_seconds_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        m[&format!(
+            "gpuslice_slice_lease_wait_seconds_total{{slice=\"job1\",device=\"{idx}\",{pod}}}"
+        )],
         1.5
     );
     assert_eq!(
@@ -214,7 +231,9 @@ fn scrape_parses_and_carries_the_numbers() {
         42.0
     );
     assert_eq!(
-        m[&format!("gpuslice_slice_charged_seconds_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        m[&format!(
+            "gpuslice_slice_charged_seconds_total{{slice=\"job1\",device=\"{idx}\",{pod}}}"
+        )],
         2.0
     );
     assert_eq!(
@@ -346,7 +365,9 @@ fn each_process_footprint_is_exported() {
     let got: Vec<(&String, &f64)> = m.iter().filter(|(k, _)| k.starts_with(name)).collect();
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(
-        m[&format!("{name}{{slice=\"job1\",device=\"0\",pid=\"4121\"}}")],
+        m[&format!(
+            "{name}{{slice=\"job1\",device=\"0\",pid=\"4121\",namespace=\"\",pod=\"\",container=\"\"}}"
+        )],
         (520 * MI) as f64
     );
     // The status reply carries them too.

@@ -208,6 +208,7 @@ fn deleted_cgroup_releases_the_slice() {
         container_id: Some("ctr1".into()),
         pid: None,
         cgroup: Some("/kubepods/pod1/ctr1".into()),
+        pod: None,
     };
     admit(&st, "ctr1", owner);
     let mut c = cfg(&state_dir);

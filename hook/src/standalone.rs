@@ -112,6 +112,7 @@ pub fn create(
         container_id: Some(id.to_string()),
         pid: None,
         cgroup: None,
+        pod: gpuslice_api::PodRef::from_annotations(&annotations),
     };
     let adm = client
         .admit(slice_id, request, owner)
