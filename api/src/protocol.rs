@@ -89,6 +89,10 @@ pub enum Request {
         /// The container's cgroup path (relative to the cgroup root).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cgroup: Option<String>,
+        /// The container's Kubernetes Pod (from its OCI annotations): a slice admitted before
+        /// its container existed (DRA, device plugin) learns it here, for its metric labels.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pod: Option<crate::pod::PodRef>,
     },
     /// The node's devices and slices. A struct variant with no fields, so that
     /// `deny_unknown_fields` refuses `{"op":"status","x":1}` (a unit variant would ignore it).

@@ -553,6 +553,7 @@ impl Admission {
         id: &str,
         pid: Option<u32>,
         cgroup: Option<String>,
+        pod: Option<gpuslice_api::PodRef>,
     ) -> Result<&SliceStatus, AdmitError> {
         let slice = self
             .slices
@@ -563,6 +564,9 @@ impl Admission {
         }
         if cgroup.is_some() {
             slice.owner.cgroup = cgroup;
+        }
+        if pod.is_some() {
+            slice.owner.pod = pod;
         }
         Ok(slice)
     }

@@ -58,7 +58,7 @@ pub fn cdi_gpus(env: &[(String, String)]) -> Vec<String> {
     v.into_iter().map(|(_, u)| u).collect()
 }
 
-fn read_config(bundle: &Path) -> Result<SpecDoc> {
+pub(crate) fn read_config(bundle: &Path) -> Result<SpecDoc> {
     use std::io::Read;
     let p = bundle.join("config.json");
     let mut bytes = Vec::new();

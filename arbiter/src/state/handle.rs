@@ -141,9 +141,10 @@ impl State {
                 slice_id,
                 pid,
                 cgroup,
+                pod,
             } => {
                 let mut next = self.admission.clone();
-                let rec = match next.bind(&slice_id, pid, cgroup) {
+                let rec = match next.bind(&slice_id, pid, cgroup, pod) {
                     Ok(rec) => rec,
                     Err(e) => return error(e.code(), e.to_string()),
                 };
