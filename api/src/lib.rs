@@ -3,6 +3,7 @@
 //! node configuration file ([`config`]). No I/O beyond reading a config file.
 
 pub mod config;
+pub mod pod;
 pub mod protocol;
 pub mod quantity;
 pub mod request;
@@ -11,10 +12,11 @@ pub use config::{
     BackstopAction, BackstopConfig, Config, ConfigError, FailMode, KubernetesConfig, Placement,
     RuntimeConfig,
 };
+pub use pod::PodRef;
 pub use protocol::{
     AssignedDevice, BackstopEvent, ContextStatus, DeviceStatus, ErrorCode, NodeStatus, Owner,
-    Request, RequestEnvelope, Response, ResponseEnvelope, ShareStatus, SliceStatus,
-    PROTOCOL_VERSION,
+    ProcessFootprint, Request, RequestEnvelope, Response, ResponseEnvelope, ShareStatus,
+    SliceStatus, PROTOCOL_VERSION,
 };
 pub use quantity::{ByteSize, MemoryRequest, QuantityError};
 pub use request::{DeviceRef, DeviceSelector, Priority, RequestError, SliceRequest};

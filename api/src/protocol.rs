@@ -33,6 +33,10 @@ pub struct Owner {
     /// cgroup path of the container, used to find its processes and notice it is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// The Kubernetes Pod and container (from the CRI runtime's OCI annotations), for the
+    /// metrics' `namespace`, `pod` and `container` labels; `None` outside Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::pod::PodRef>,
 }
 
 /// A request to the arbiter.
@@ -85,6 +89,10 @@ pub enum Request {
         /// The container's cgroup path (relative to the cgroup root).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cgroup: Option<String>,
+        /// The container's Kubernetes Pod (from its OCI annotations): a slice admitted before
+        /// its container existed (DRA, device plugin) learns it here, for its metric labels.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pod: Option<crate::pod::PodRef>,
     },
     /// The node's devices and slices. A struct variant with no fields, so that
     /// `deny_unknown_fields` refuses `{"op":"status","x":1}` (a unit variant would ignore it).
@@ -189,9 +197,14 @@ pub struct ContextStatus {
     /// The NVIDIA driver version it belongs to.
     pub driver: String,
     /// What each process is charged on the device for its context and lazily loaded modules:
-    /// the larger of `admission.context_reserve` and the node's largest footprint plus
+    /// the larger of `admission.context_reserve` and this device's own footprint plus
     /// `admission.module_allowance`.
     pub charge: u64,
+    /// Why the footprint is not a measurement (`source: assumed`): the probe's error, such as
+    /// NVML not listing the probe process because the arbiter is not in the host's pid
+    /// namespace. The charge then carries a margin (`docs/contexts.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Achieved compute share of one slice on one device, as the scheduler charged it.
@@ -260,6 +273,32 @@ pub struct NodeStatus {
     /// Recent backstop actions (a few per slice, newest last); empty when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backstop: Vec<BackstopEvent>,
+    /// Each slice process's own footprint as the backstop saw it last (empty without a
+    /// backstop, or from arbiters that predate it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<ProcessFootprint>,
+}
+
+/// One process of a slice on one device, as the backstop last saw it: what NVML lists for it
+/// against what the interposer counted for its allocations. The difference is the process's
+/// own context and module footprint, learned per process (`docs/contexts.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessFootprint {
+    /// The slice.
+    pub slice_id: String,
+    /// NVML index of the device.
+    pub device: u32,
+    /// Host pid.
+    pub pid: u32,
+    /// Bytes NVML lists for the process on the device.
+    pub used: u64,
+    /// Bytes of allocations the interposer counted for it there (its record in the slice's
+    /// `usage` less its context charge; 0 when it has no record). `None`: the usage file could
+    /// not be read.
+    pub counted: Option<u64>,
+    /// `used − counted`: its context and lazily loaded modules (plus, for a process that
+    /// bypasses the interposer, what it hid). `None` with `counted`.
+    pub footprint: Option<u64>,
 }
 
 /// What kind of error a request met.

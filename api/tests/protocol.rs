@@ -25,6 +25,7 @@ fn admit_wire_format() {
             container_id: Some("abc".into()),
             pid: Some(42),
             cgroup: None,
+            pod: None,
         },
     };
     let v = serde_json::to_value(RequestEnvelope::new(req.clone())).unwrap();
@@ -37,6 +38,30 @@ fn admit_wire_format() {
         })
     );
     round_trip_req(req);
+}
+
+/// A Kubernetes container's owner carries its Pod (the metrics' labels); one without is the
+/// wire format of before.
+#[test]
+fn an_owner_carries_its_pod() {
+    let owner = Owner {
+        container_id: Some("abc".into()),
+        pod: Some(gpuslice_api::PodRef {
+            namespace: "ml".into(),
+            name: "trainer-7f9c".into(),
+            container: "train".into(),
+        }),
+        ..Owner::default()
+    };
+    let v = serde_json::to_value(&owner).unwrap();
+    assert_eq!(
+        v,
+        json!({"container_id": "abc",
+               "pod": {"namespace": "ml", "name": "trainer-7f9c", "container": "train"}})
+    );
+    assert_eq!(serde_json::from_value::<Owner>(v).unwrap(), owner);
+    let e = serde_json::from_value::<Owner>(json!({"pod": {"uid": "x"}})).unwrap_err();
+    assert!(e.to_string().contains("uid"), "{e}");
 }
 
 #[test]
@@ -162,6 +187,14 @@ fn responses_round_trip() {
                 pids: vec![4121],
                 message: "killed pid 4121".into(),
                 at_ms: 1,
+            }],
+            processes: vec![gpuslice_api::ProcessFootprint {
+                slice_id: "a".into(),
+                device: 0,
+                pid: 4121,
+                used: 8 << 30,
+                counted: Some(7 << 30),
+                footprint: Some(1 << 30),
             }],
         }),
         Response::Error {

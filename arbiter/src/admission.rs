@@ -159,7 +159,7 @@ impl Admission {
             for a in s.devices.iter().filter(|a| a.uuid == dev.uuid) {
                 load.memory_committed = load
                     .memory_committed
-                    .saturating_add(self.policy.commitment(a.memory_cap));
+                    .saturating_add(self.policy.commitment_on(dev.index, a.memory_cap));
                 load.best_effort += u64::from(a.memory_cap.is_none());
                 load.compute_guaranteed += u32::from(s.request.compute.unwrap_or(0));
             }
@@ -173,7 +173,7 @@ impl Admission {
     fn ask(&self, request: &SliceRequest, dev: &DeviceInfo) -> Ask {
         let promisable = dev
             .memory_total
-            .saturating_sub(self.policy.reserve())
+            .saturating_sub(self.policy.reserve_on(dev.index))
             .max(1);
         Ask {
             cap: request.memory.map(|m| match m {
@@ -235,7 +235,7 @@ impl Admission {
         let before = self.best_effort_cap(pos)?;
         let committed = load
             .memory_committed
-            .saturating_add(self.policy.commitment(ask.cap));
+            .saturating_add(self.policy.commitment_on(dev.index, ask.cap));
         if committed > dev.memory_total {
             return None; // refused for memory already
         }
@@ -389,8 +389,9 @@ impl Admission {
                             let mut c = Candidate::new(&self.policy, pos, dev, load, ask);
                             if ask.cap.is_none() {
                                 // What it would get there: its share of the pool.
-                                let committed =
-                                    load.memory_committed.saturating_add(self.policy.reserve());
+                                let committed = load
+                                    .memory_committed
+                                    .saturating_add(self.policy.reserve_on(dev.index));
                                 let share = best_effort_share(
                                     dev.memory_total,
                                     committed,
@@ -552,6 +553,7 @@ impl Admission {
         id: &str,
         pid: Option<u32>,
         cgroup: Option<String>,
+        pod: Option<gpuslice_api::PodRef>,
     ) -> Result<&SliceStatus, AdmitError> {
         let slice = self
             .slices
@@ -562,6 +564,9 @@ impl Admission {
         }
         if cgroup.is_some() {
             slice.owner.cgroup = cgroup;
+        }
+        if pod.is_some() {
+            slice.owner.pod = pod;
         }
         Ok(slice)
     }
@@ -642,6 +647,7 @@ impl Admission {
             devices,
             slices: self.slices.values().cloned().collect(),
             backstop: Vec::new(),
+            processes: Vec::new(),
         }
     }
 }

@@ -10,9 +10,10 @@
 //! the kubelet plugin publishes capacity from the same figures ([`node_policy`]). A device that
 //! cannot be measured is assumed to hold [`FALLBACK_CONTEXT_FOOTPRINT`].
 //!
-//! The per-process context charge (interposer, admission's reserve, the backstop's allowance,
-//! published capacity) is then the larger of `admission.context_reserve` and the node's largest
-//! footprint plus `admission.module_allowance` ([`Policy::with_footprint`]): configuration may
+//! Each device's per-process context charge (interposer, admission's reserve, the backstop's
+//! allowance, published capacity) is then the larger of `admission.context_reserve` and that
+//! device's own footprint plus `admission.module_allowance` ([`Policy::with_footprints`]), so
+//! a node with GPUs of different kinds charges each what its contexts cost: configuration may
 //! raise it, never lower it below what was measured.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -48,19 +49,36 @@ pub struct Footprint {
     pub bytes: u64,
     /// `measured`, `saved` or `assumed` (see [`ContextStatus::source`]).
     pub source: String,
+    /// Why it is assumed (the probe's error), for the log, `status` and the metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
-/// The largest footprint among `list` (the node's charge follows the largest).
-pub fn largest(list: &[Footprint]) -> u64 {
-    list.iter()
-        .map(|f| f.bytes)
-        .max()
-        .unwrap_or(FALLBACK_CONTEXT_FOOTPRINT)
+/// The footprint charged for a device that could not be measured: the larger of the assumed
+/// H200 figure and the configured `context_reserve`, plus a margin of a quarter (rounded up to
+/// a MiB) for GPUs and drivers whose contexts hold more than the H200's — so an unmeasured
+/// device is never charged less than a measured H200 (518 + 130 MiB by default).
+pub fn assumed_with_margin(c: &AdmissionConfig) -> u64 {
+    const MI: u64 = 1 << 20;
+    let base = FALLBACK_CONTEXT_FOOTPRINT.max(c.context_reserve.0);
+    base.saturating_add((base / 4).div_ceil(MI) * MI)
 }
 
-/// The admission policy of this node: `c` with its context charge following `list`.
+/// The admission policy of this node: `c` with each device's context charge following its
+/// own footprint in `list`; a device assumed there, or not in it (none measured yet), is charged
+/// [`assumed_with_margin`].
 pub fn policy_for(c: &AdmissionConfig, list: &[Footprint]) -> Policy {
-    Policy::from(c).with_footprint(largest(list), c.module_allowance.0)
+    let assumed = assumed_with_margin(c);
+    let footprint = |f: &Footprint| match f.source.as_str() {
+        "assumed" => assumed,
+        _ => f.bytes,
+    };
+    Policy::from(c)
+        .with_unmeasured(assumed, c.module_allowance.0)
+        .with_footprints(
+            list.iter().map(|f| (f.index, footprint(f))),
+            c.module_allowance.0,
+        )
 }
 
 /// The policy the arbiter of `state_dir` uses, from its saved measurement (the footprint assumed
@@ -89,7 +107,8 @@ pub fn status_of(list: &[Footprint], index: u32, policy: &Policy) -> Option<Cont
             footprint: f.bytes,
             source: f.source.clone(),
             driver: f.driver.clone(),
-            charge: policy.context_reserve,
+            charge: policy.charge_on(index),
+            reason: f.reason.clone(),
         })
 }
 
@@ -103,28 +122,35 @@ pub fn resolve(
     saved: Option<Vec<Footprint>>,
 ) -> (Vec<Footprint>, Vec<String>) {
     let mut warnings = Vec::new();
-    let measured = probe.unwrap_or_else(|e| {
-        warnings.push(format!("cannot measure CUDA contexts: {e}"));
-        Vec::new()
-    });
+    let (measured, failure) = match probe {
+        Ok(m) => (m, None),
+        Err(e) => {
+            warnings.push(format!("cannot measure CUDA contexts: {e}"));
+            (Vec::new(), Some(e))
+        }
+    };
     let saved = saved.unwrap_or_default();
     let list = devices
         .iter()
         .map(|d| {
-            let (bytes, source) = match measured.iter().find(|m| m.0 == d.index) {
-                Some(&(_, b)) => (b, "measured"),
+            let (bytes, source, reason) = match measured.iter().find(|m| m.0 == d.index) {
+                Some(&(_, b)) => (b, "measured", None),
                 None => match saved
                     .iter()
                     .find(|s| s.uuid == d.uuid && s.driver == driver && s.source != "assumed")
                 {
-                    Some(s) => (s.bytes, "saved"),
+                    Some(s) => (s.bytes, "saved", None),
                     None => {
+                        let why = failure
+                            .clone()
+                            .unwrap_or_else(|| "the probe context did not list it".into());
                         warnings.push(format!(
-                            "device {}: context footprint not measured; assuming {} MiB",
+                            "device {}: context footprint not measured ({why}); assuming {} MiB \
+                             and charging it with a margin (docs/contexts.md)",
                             d.index,
                             FALLBACK_CONTEXT_FOOTPRINT >> 20
                         ));
-                        (FALLBACK_CONTEXT_FOOTPRINT, "assumed")
+                        (FALLBACK_CONTEXT_FOOTPRINT, "assumed", Some(why))
                     }
                 },
             };
@@ -134,6 +160,7 @@ pub fn resolve(
                 driver: driver.to_string(),
                 bytes,
                 source: source.to_string(),
+                reason,
             }
         })
         .collect();
@@ -163,12 +190,38 @@ pub fn probe(
     let _ = child.wait();
     let list = result?;
     if list.is_empty() {
-        return Err(format!(
-            "NVML does not list the probe process (pid {}): another pid namespace?",
-            child.id()
-        ));
+        return Err(not_listed(child.id(), &own_nspid()));
     }
     Ok(list)
+}
+
+/// Why NVML listed no probe process `pid`, given the arbiter's own `NSpid` line: NVML lists
+/// host pids, so an arbiter in a pid namespace of its own (a Pod without `hostPID: true`) looks
+/// for a pid NVML never shows.
+fn not_listed(pid: u32, nspid: &[u32]) -> String {
+    if nspid.len() > 1 {
+        format!(
+            "NVML does not list the probe process: the arbiter is not in the host's pid \
+             namespace (its pids {nspid:?} from the host inward), and NVML lists host pids; \
+             run it with hostPID: true to measure contexts"
+        )
+    } else {
+        format!("NVML does not list the probe process (pid {pid}) on any device")
+    }
+}
+
+/// The pids of this process from the outermost pid namespace inward (`NSpid` of
+/// `/proc/self/status`; one entry in the host's namespace).
+fn own_nspid() -> Vec<u32> {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|l| {
+            l.split_ascii_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Waits for the child's `ready` line (or its error) within [`PROBE_TIMEOUT`].
@@ -241,6 +294,7 @@ mod tests {
                 driver: "580".into(),
                 bytes: 600 * MI,
                 source: "measured".into(),
+                reason: None,
             },
             Footprint {
                 index: 2,
@@ -248,6 +302,7 @@ mod tests {
                 driver: "570".into(),
                 bytes: 400 * MI,
                 source: "measured".into(),
+                reason: None,
             },
         ];
         let (list, warnings) = resolve(&devs, "580", Ok(vec![(0, 518 * MI)]), Some(saved));
@@ -258,35 +313,92 @@ mod tests {
         assert_eq!(got, [(518, "measured"), (600, "saved"), (518, "assumed")]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("device 2"), "{warnings:?}");
-        let (_, warnings) = resolve(&devs[..1], "580", Err("no driver".into()), None);
+        let (list, warnings) = resolve(&devs[..1], "580", Err("no driver".into()), None);
         assert!(warnings[0].contains("no driver"), "{warnings:?}");
+        assert_eq!(list[0].reason.as_deref(), Some("no driver"));
+    }
+
+    /// NVML cannot see the probe child (the arbiter in a pid namespace of its own): the log and
+    /// `status` say why, and the device is charged the assumed footprint with its margin —
+    /// never less than a measured H200, and never below the configured reserve.
+    #[test]
+    fn an_unmeasurable_device_is_charged_with_a_margin_and_says_why() {
+        const MI: u64 = 1 << 20;
+        let why = not_listed(7, &[48211, 7]);
+        assert!(why.contains("not in the host's pid namespace"), "{why}");
+        assert!(why.contains("hostPID: true"), "{why}");
+        assert!(!not_listed(7, &[7]).contains("namespace"));
+        let (list, warnings) = resolve(&[dev(0)], "580", Err(why.clone()), None);
+        assert_eq!(list[0].source, "assumed");
+        assert!(
+            warnings.iter().any(|w| w.contains("hostPID")),
+            "{warnings:?}"
+        );
+        let c = AdmissionConfig::default();
+        let p = policy_for(&c, &list);
+        assert_eq!(p.charge_on(0), (518 + 130 + 256) * MI);
+        let st = status_of(&list, 0, &p).expect("status");
+        assert_eq!(st.reason.as_deref(), Some(why.as_str()));
+        assert_eq!(st.footprint, 518 * MI);
+        // A larger configured reserve is the base of the margin.
+        let big = AdmissionConfig {
+            context_reserve: gpuslice_api::ByteSize(1024 * MI),
+            ..c
+        };
+        assert_eq!(
+            policy_for(&big, &list).charge_on(0),
+            (1024 + 256 + 256) * MI
+        );
+        // This test process is in the host's namespace or a container's: one pid or more.
+        assert!(!own_nspid().is_empty());
     }
 
     #[test]
-    fn the_charge_follows_the_largest_footprint_and_config_only_raises_it() {
+    fn each_device_is_charged_its_own_footprint_and_config_only_raises_it() {
         const MI: u64 = 1 << 20;
-        let f = |bytes| Footprint {
-            index: 0,
-            uuid: "GPU-0".into(),
+        let f = |index, bytes| Footprint {
+            index,
+            uuid: format!("GPU-{index}"),
             driver: "580".into(),
             bytes,
             source: "measured".into(),
+            reason: None,
         };
         let c = AdmissionConfig::default(); // reserve 512 MiB, modules 256 MiB
+                                            // A mixed node: each device its own footprint + 256 MiB; one unlisted keeps the reserve.
+        let mixed = policy_for(&c, &[f(0, 518 * MI), f(1, 300 * MI)]);
+        assert_eq!(mixed.charge_on(0), 774 * MI);
+        assert_eq!(mixed.charge_on(1), 556 * MI);
         assert_eq!(
-            policy_for(&c, &[f(518 * MI), f(300 * MI)]).context_reserve,
-            774 * MI
+            mixed.charge_on(7),
+            904 * MI,
+            "not measured: 518 + 130 MiB assumed"
         );
+        assert_eq!(
+            Policy::default().charge_on(7),
+            512 * MI,
+            "the configured reserve"
+        );
+        assert_eq!(
+            mixed.reserve_on(1),
+            556 * MI * u64::from(c.processes_per_slice)
+        );
+        assert_eq!(mixed.commitment_on(1, Some(GI)), GI + mixed.reserve_on(1));
         let low = AdmissionConfig {
             context_reserve: gpuslice_api::ByteSize(16 * MI),
             ..c.clone()
         };
-        assert_eq!(policy_for(&low, &[f(518 * MI)]).context_reserve, 774 * MI);
+        assert_eq!(policy_for(&low, &[f(0, 518 * MI)]).charge_on(0), 774 * MI);
         let high = AdmissionConfig {
             context_reserve: gpuslice_api::ByteSize(2048 * MI),
             ..c
         };
-        assert_eq!(policy_for(&high, &[f(518 * MI)]).context_reserve, 2048 * MI);
-        assert_eq!(largest(&[]), FALLBACK_CONTEXT_FOOTPRINT);
+        let high = policy_for(&high, &[f(0, 518 * MI), f(1, 300 * MI)]);
+        assert_eq!(
+            (high.charge_on(0), high.charge_on(1)),
+            (2048 * MI, 2048 * MI)
+        );
     }
+
+    const GI: u64 = 1 << 30;
 }

@@ -1,6 +1,7 @@
 //! Whether a request fits one device: the constraints admission checks and the precise reasons
 //! it gives when one fails.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use gpuslice_api::quantity::format_bytes;
@@ -15,8 +16,17 @@ pub struct Policy {
     pub placement: gpuslice_api::Placement,
     /// Skip memory checks.
     pub overcommit_memory: bool,
-    /// Context reserve per process per device, bytes.
+    /// Context charge per process on a device without its own ([`Policy::charges`]): the
+    /// configured `admission.context_reserve`, bytes.
     pub context_reserve: u64,
+    /// Each device's own per-process context charge, by NVML index, from its measured
+    /// footprint ([`Policy::with_footprints`]); a device not listed is charged
+    /// `context_reserve`.
+    pub charges: BTreeMap<u32, u64>,
+    /// The charge of a device not in `charges` when it is more than `context_reserve`: the
+    /// assumed footprint plus the module allowance, for a device not measured yet (the kubelet
+    /// plugin before the arbiter's first start); 0 = none ([`Policy::with_unmeasured`]).
+    pub unmeasured: u64,
     /// Processes per slice that admission reserves context memory for.
     pub processes_per_slice: u32,
     /// Admit only the DRA kubelet plugin's slices (`[admission] dra_only`).
@@ -35,6 +45,8 @@ impl From<&gpuslice_api::config::AdmissionConfig> for Policy {
             placement: c.placement,
             overcommit_memory: c.overcommit_memory,
             context_reserve: c.context_reserve.0,
+            charges: BTreeMap::new(),
+            unmeasured: 0,
             processes_per_slice: c.processes_per_slice,
             dra_only: c.dra_only,
         }
@@ -42,30 +54,53 @@ impl From<&gpuslice_api::config::AdmissionConfig> for Policy {
 }
 
 impl Policy {
-    /// This policy with its per-process context charge following a context `footprint`
-    /// measured on the node: the larger of the configured reserve and `footprint` plus what
-    /// lazily loaded modules may add (`module_allowance`). Configuration raises the charge,
+    /// This policy with each device's per-process context charge following the context
+    /// footprint measured there — `(NVML index, footprint)` — a mixed node charging each
+    /// device its own: the larger of the configured reserve and the footprint plus what
+    /// lazily loaded modules may add (`module_allowance`). Configuration raises a charge,
     /// never lowers it below the measurement (`crate::contexts`).
-    pub fn with_footprint(mut self, footprint: u64, module_allowance: u64) -> Policy {
-        self.context_reserve = self
-            .context_reserve
-            .max(footprint.saturating_add(module_allowance));
+    pub fn with_footprints(
+        mut self,
+        footprints: impl IntoIterator<Item = (u32, u64)>,
+        module_allowance: u64,
+    ) -> Policy {
+        for (index, footprint) in footprints {
+            let charge = self
+                .context_reserve
+                .max(footprint.saturating_add(module_allowance));
+            self.charges.insert(index, charge);
+        }
         self
     }
 
-    /// The context reserve one slice holds on each of its devices.
-    pub fn reserve(&self) -> u64 {
-        self.context_reserve
+    /// This policy charging a device without a measurement `footprint` plus `module_allowance`
+    /// (or the configured reserve, when larger).
+    pub fn with_unmeasured(mut self, footprint: u64, module_allowance: u64) -> Policy {
+        self.unmeasured = footprint.saturating_add(module_allowance);
+        self
+    }
+
+    /// What each process is charged for its context on device `index`.
+    pub fn charge_on(&self, index: u32) -> u64 {
+        self.charges
+            .get(&index)
+            .copied()
+            .unwrap_or(self.context_reserve.max(self.unmeasured))
+    }
+
+    /// The context reserve one slice holds on device `index`.
+    pub fn reserve_on(&self, index: u32) -> u64 {
+        self.charge_on(index)
             .saturating_mul(u64::from(self.processes_per_slice))
     }
 
-    /// Memory a slice with `cap` commits on a device: the cap plus the context reserve. A slice
-    /// without a cap (best-effort memory) commits its context reserve only: it shares, best
-    /// effort, what no capped slice was promised ([`best_effort_share`]).
-    pub fn commitment(&self, cap: Option<u64>) -> u64 {
+    /// Memory a slice with `cap` commits on device `index`: the cap plus the context reserve
+    /// there. A slice without a cap (best-effort memory) commits its context reserve only: it
+    /// shares, best effort, what no capped slice was promised ([`best_effort_share`]).
+    pub fn commitment_on(&self, index: u32, cap: Option<u64>) -> u64 {
         match cap {
-            Some(c) => c.saturating_add(self.reserve()),
-            None => self.reserve(),
+            Some(c) => c.saturating_add(self.reserve_on(index)),
+            None => self.reserve_on(index),
         }
     }
 }
@@ -295,7 +330,7 @@ pub fn check(
         }
     }
     if !policy.overcommit_memory {
-        let needed = policy.commitment(ask.cap);
+        let needed = policy.commitment_on(device.index, ask.cap);
         let available = device.memory_total.saturating_sub(load.memory_committed);
         if needed > available {
             failed.push(Constraint::Memory {

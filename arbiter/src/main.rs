@@ -116,10 +116,13 @@ fn run(cli: Cli) -> Result<()> {
         .with_context(|| format!("state directory {}", config.state_dir.display()))?;
     let contexts = measure_contexts(&inventory, &devices, &config.state_dir);
     let policy = gpuslice_arbiter::contexts::policy_for(&config.admission, &contexts);
-    tracing::info!(
-        "each process is charged {} MiB per device for its context and modules",
-        policy.context_reserve >> 20
-    );
+    for f in &contexts {
+        tracing::info!(
+            "device {}: each process is charged {} MiB for its context and modules",
+            f.index,
+            policy.charge_on(f.index) >> 20
+        );
+    }
     let (state, warnings) = State::open(devices, policy, store)
         .with_context(|| format!("reading slices in {}", config.state_dir.display()))?;
     let state = state.with_contexts(contexts);
@@ -213,10 +216,15 @@ fn measure_contexts(
     state_dir: &std::path::Path,
 ) -> Vec<gpuslice_arbiter::contexts::Footprint> {
     use gpuslice_arbiter::contexts;
+    // GPUSLICE_CUDA_LIBRARY, or libcuda.so.1 found through the loader cache under
+    // GPUSLICE_DRIVER_ROOT (the node's / in the DaemonSet's Pod), or the loader's own search.
     let probe = std::env::current_exe()
         .map_err(|e| format!("own executable: {e}"))
         .and_then(|exe| {
-            let lib = std::env::var_os("GPUSLICE_CUDA_LIBRARY").map(PathBuf::from);
+            let lib = gpuslice_cdi::driver_root::cuda_library().map_err(|e| e.to_string())?;
+            if let Some(l) = &lib {
+                tracing::info!("CUDA driver for the probe context: {}", l.display());
+            }
             contexts::probe(&exe, lib.as_deref(), |pid| nvml.memory_of(pid))
         });
     let (list, warnings) = contexts::resolve(

@@ -57,6 +57,24 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
+/// The Kubernetes Pod of each slice (from its owner: the CRI runtime's annotations).
+type Pods = std::collections::HashMap<String, gpuslice_api::PodRef>;
+
+/// Labels of a per-slice series: `pairs` (the first is `slice`) and the slice's `namespace`,
+/// `pod` and `container`, empty outside Kubernetes (`gpuslice_api::pod`).
+fn slice_labels(pods: &Pods, pairs: &[(&str, &str)]) -> Labels {
+    let mut l = labels(pairs);
+    let pod = pairs
+        .first()
+        .and_then(|(_, id)| pods.get(*id))
+        .cloned()
+        .unwrap_or_default();
+    l.push(("namespace".into(), pod.namespace));
+    l.push(("pod".into(), pod.name));
+    l.push(("container".into(), pod.container));
+    l
+}
+
 fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
     Family::default()
 }
@@ -64,15 +82,18 @@ fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
 /// Renders one scrape in the Prometheus text format.
 pub fn render(src: &Sources) -> String {
     let mut counters = String::new();
-    let (status, slices, contexts, charge) = {
+    let (status, slices, contexts, policy, footprints) = {
         let st = src.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.events().encode(&mut counters).is_err() {
             counters.clear();
         }
         let status = st.admission().status();
         let slices = status.slices.clone();
-        let charge = st.admission().policy().context_reserve;
-        (status, slices, st.contexts().to_vec(), charge)
+        let policy = st.admission().policy().clone();
+        let footprints = st
+            .events()
+            .footprints(|id| st.admission().slice(id).is_some());
+        (status, slices, st.contexts().to_vec(), policy, footprints)
     };
     let mut reg = Registry::default();
 
@@ -106,7 +127,27 @@ pub fn render(src: &Sources) -> String {
         ]);
         ctx_footprint.get_or_create(&l).set(f.bytes as f64);
         let l = labels(&[("device", &device), ("uuid", &f.uuid)]);
-        ctx_charge.get_or_create(&l).set(charge as f64);
+        ctx_charge
+            .get_or_create(&l)
+            .set(policy.charge_on(f.index) as f64);
+    }
+    let pods: Pods = slices
+        .iter()
+        .filter_map(|s| Some((s.slice_id.clone(), s.owner.pod.clone()?)))
+        .collect();
+    let own = gauge_family();
+    for p in footprints {
+        if let Some(f) = p.footprint {
+            let l = slice_labels(
+                &pods,
+                &[
+                    ("slice", &p.slice_id),
+                    ("device", &p.device.to_string()),
+                    ("pid", &p.pid.to_string()),
+                ],
+            );
+            own.get_or_create(&l).set(f as f64);
+        }
     }
 
     let cap = gauge_family();
@@ -120,15 +161,18 @@ pub fn render(src: &Sources) -> String {
             crate::slices::slice_usage(&src.state_dir.join(&s.slice_id), s, Some(&table));
         if let Some((_, n)) = &measured {
             procs
-                .get_or_create(&labels(&[("slice", &s.slice_id)]))
+                .get_or_create(&slice_labels(&pods, &[("slice", &s.slice_id)]))
                 .set(*n as f64);
         }
         for (i, d) in s.devices.iter().enumerate() {
-            let l = labels(&[
-                ("slice", &s.slice_id),
-                ("device", &d.index.to_string()),
-                ("uuid", &d.uuid),
-            ]);
+            let l = slice_labels(
+                &pods,
+                &[
+                    ("slice", &s.slice_id),
+                    ("device", &d.index.to_string()),
+                    ("uuid", &d.uuid),
+                ],
+            );
             if let Some(c) = d.memory_cap {
                 cap.get_or_create(&l).set(c as f64);
             }
@@ -173,6 +217,11 @@ pub fn render(src: &Sources) -> String {
         "gpuslice_device_context_charge_bytes",
         "What each process is charged on the device for its context and lazily loaded modules",
         ctx_charge,
+    );
+    reg.register(
+        "gpuslice_slice_process_footprint_bytes",
+        "What NVML lists for a slice process beyond the allocations the interposer counted for it: its own context and lazily loaded modules (from the backstop's last check)",
+        own,
     );
     reg.register(
         "gpuslice_slice_memory_cap_bytes",
@@ -230,14 +279,13 @@ pub fn render(src: &Sources) -> String {
             for s in &d.slices {
                 for (w, v) in [("1s", s.achieved_1s), ("10s", s.achieved_10s)] {
                     achieved
-                        .get_or_create(&labels(&[
-                            ("slice", &s.slice_id),
-                            ("device", &di),
-                            ("window", w),
-                        ]))
+                        .get_or_create(&slice_labels(
+                            &pods,
+                            &[("slice", &s.slice_id), ("device", &di), ("window", w)],
+                        ))
                         .set(v);
                 }
-                let l = labels(&[("slice", &s.slice_id), ("device", &di)]);
+                let l = slice_labels(&pods, &[("slice", &s.slice_id), ("device", &di)]);
                 grants.get_or_create(&l).inc_by(s.grants);
                 wait.get_or_create(&l).inc_by(s.wait_ns as f64 / 1e9);
                 charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);

@@ -23,7 +23,7 @@ pub struct Candidate {
 impl Candidate {
     /// Builds the candidate for placing `ask` on `device` with `load`.
     pub fn new(policy: &Policy, pos: usize, device: &DeviceInfo, load: Load, ask: Ask) -> Self {
-        let commit = policy.commitment(ask.cap);
+        let commit = policy.commitment_on(device.index, ask.cap);
         Candidate {
             pos,
             memory_left: i128::from(device.memory_total)

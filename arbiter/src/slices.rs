@@ -47,9 +47,14 @@ pub fn effective_cap(d: &AssignedDevice) -> u64 {
 /// Creates the slice's `limits`, `lease` and `usage` in `dir` (which exists), unless they are
 /// there already (a restart: running tenants keep their mappings; the limits are rewritten).
 ///
-/// `context` is (charge per process context, reserve per slice) from the admission policy: the
-/// interposer charges each process's context and holds the slice to cap + reserve.
-pub fn create(dir: &Path, slice: &SliceStatus, context: (u64, u64)) -> Result<(), RegionError> {
+/// `context` gives, for a device's NVML index, (charge per process context, reserve per slice)
+/// there from the admission policy: the interposer charges each process's context on each
+/// device what that device's contexts cost and holds the slice to cap + reserve.
+pub fn create(
+    dir: &Path,
+    slice: &SliceStatus,
+    context: impl Fn(u32) -> (u64, u64),
+) -> Result<(), RegionError> {
     let spec = SliceSpec {
         devices: slice.devices.iter().map(|d| spec_of(slice, d)).collect(),
         flags: LIMITS_FLAG_LEASED,
@@ -58,8 +63,9 @@ pub fn create(dir: &Path, slice: &SliceStatus, context: (u64, u64)) -> Result<()
         write_limits(dir, slice)?;
     }
     let w = LimitsWriter::open(dir)?;
-    for i in 0..slice.devices.len() {
-        w.set_context(i, context.0, context.1)?;
+    for (i, d) in slice.devices.iter().enumerate() {
+        let (charge, reserve) = context(d.index);
+        w.set_context(i, charge, reserve)?;
     }
     Ok(())
 }

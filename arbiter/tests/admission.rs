@@ -664,7 +664,7 @@ fn best_effort_of(a: &Admission, id: &str) -> (Option<u64>, Option<u64>) {
 #[test]
 fn two_compute_only_slices_share_the_pool_beside_a_capped_one() {
     let mut a = node(&[("GPU", 40 * GI)], Placement::Binpack);
-    let r = a.policy().reserve();
+    let r = a.policy().reserve_on(0);
     assert_eq!(r, 512 * MI);
     a.admit("capped", mem(4 * GI), Owner::default()).unwrap();
     let got = a.admit("c30", compute_only(30), Owner::default()).unwrap();
@@ -713,7 +713,7 @@ fn two_compute_only_slices_share_the_pool_beside_a_capped_one() {
 #[test]
 fn a_capped_admit_never_squeezes_a_best_effort_slice_below_what_it_holds() {
     let mut a = node(&[("GPU", 40 * GI)], Placement::Binpack);
-    let r = a.policy().reserve();
+    let r = a.policy().reserve_on(0);
     a.admit("be", compute_only(30), Owner::default()).unwrap();
     assert_eq!(best_effort_of(&a, "be"), (None, Some(40 * GI - r)));
     let holds = |id: &str, _: &str| if id == "be" { 30 * GI } else { 0 };
@@ -828,7 +828,7 @@ fn restore_recomputes_best_effort_caps() {
         .devices()
         .unwrap();
     let mut a = Admission::new(devs.clone(), Policy::default());
-    let r = a.policy().reserve();
+    let r = a.policy().reserve_on(0);
     a.admit("be", compute_only(30), Owner::default()).unwrap();
     a.admit("cap", mem(8 * GI), Owner::default()).unwrap();
     // The record of "be" on disk was saved when it was alone (a stale, larger figure).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use gpuslice_api::{
     AssignedDevice, BackstopAction, BackstopConfig, ByteSize, Owner, SliceRequest, SliceStatus,
 };
-use gpuslice_arbiter::backstop::{Backstop, GpuProcess, GpuSource, Host, HostProc};
+use gpuslice_arbiter::backstop::{Backstop, Counted, GpuProcess, GpuSource, Host, HostProc};
 use gpuslice_arbiter::sched::{DeviceSched, SchedulerStatus, SliceShare};
 
 const MI: u64 = 1 << 20;
@@ -37,6 +37,8 @@ struct FakeHost {
     stopped: Vec<(u32, u64)>,
     frozen: Vec<String>,
     fail: bool,
+    /// What the interposer counted, per slice id (device position 0).
+    ledger: HashMap<String, Vec<Counted>>,
 }
 
 impl Host for FakeHost {
@@ -57,6 +59,9 @@ impl Host for FakeHost {
     fn freeze(&mut self, path: &str) -> io::Result<()> {
         self.frozen.push(path.to_string());
         Ok(())
+    }
+    fn ledger(&self, slice_id: &str, dev: usize) -> Option<Vec<Counted>> {
+        (dev == 0).then(|| self.ledger.get(slice_id).cloned())?
     }
 }
 
@@ -550,5 +555,83 @@ fn the_memory_limit_does_not_grow_with_the_process_count() {
 #[test]
 fn the_admission_reserve_is_honoured() {
     let (mut b, slices) = forked_run(900 * MI);
+    assert!(b.tick(&slices, None).is_empty());
+}
+
+/// A backstop that kills over memory and logs over the lease.
+fn killing(gpu: FakeGpu, host: FakeHost) -> Backstop<FakeGpu, FakeHost> {
+    Backstop::new(
+        cfg(BackstopAction::Kill, BackstopAction::Log),
+        gpu,
+        host,
+        None,
+    )
+}
+
+/// Each slice process's own footprint is NVML's figure less what the interposer counted for
+/// it (matched by pid and start time); the kill message names it, and an honest process's is
+/// learned without acting on it.
+#[test]
+fn each_process_footprint_is_learned_and_named_in_the_kill() {
+    let (mut gpu, mut host, slices) = node();
+    gpu.procs
+        .insert(0, vec![used(102, 1324), used(101, 100), used(201, 500)]);
+    let counted = |pid, start, mi| Counted {
+        pid,
+        start,
+        bytes: mi * MI,
+    };
+    // 102 counted its whole cap; 101's record is from an earlier process with its pid (another
+    // start time): nothing counted for this one. "box" has no readable usage file.
+    host.ledger.insert(
+        "run".into(),
+        vec![counted(102, 5002, 256), counted(101, 1, 64)],
+    );
+    let mut b = killing(gpu, host);
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(
+        ev[0]
+            .message
+            .contains("; pid 102: NVML 1.29 GiB, counted 256 MiB, its own 1.04 GiB)"),
+        "{}",
+        ev[0].message
+    );
+    let f: Vec<(u32, Option<u64>, Option<u64>)> = b
+        .footprints()
+        .iter()
+        .map(|f| {
+            (
+                f.pid,
+                f.counted.map(|c| c / MI),
+                f.footprint.map(|c| c / MI),
+            )
+        })
+        .collect();
+    assert_eq!(
+        f,
+        [
+            (201, None, None),
+            (102, Some(256), Some(1068)),
+            (101, Some(0), Some(100)),
+        ]
+    );
+    // The next check replaces them: a process NVML no longer lists is gone.
+    let mut none = slices.clone();
+    none.truncate(0);
+    b.tick(&none, None);
+    assert!(b.footprints().is_empty());
+}
+
+/// Each device's own reserve (a mixed node): what admission promised on device 0 is honoured
+/// there, and another device's larger reserve is not lent to it.
+#[test]
+fn each_device_is_judged_with_its_own_reserve() {
+    let (mut b, slices) = forked_run(0);
+    b = b.with_device_reserve(1, 900 * MI);
+    let ev = b.tick(&slices, None);
+    assert_eq!(ev.len(), 1, "device 1's reserve is not device 0's: {ev:?}");
+    let (b, slices) = forked_run(0);
+    let mut b = b.with_device_reserve(0, 900 * MI);
     assert!(b.tick(&slices, None).is_empty());
 }

@@ -72,7 +72,7 @@ fn hold(dir: &TempDir, id: &str, bytes: u64) {
 #[test]
 fn effective_caps_are_written_to_the_regions_and_follow_the_neighbours() {
     let (dir, mut st) = state("regions", Policy::default());
-    let r = st.admission().policy().reserve();
+    let r = st.admission().policy().reserve_on(0);
     ok(admit(&mut st, "capped", Some(4 * GI), None));
     ok(admit(&mut st, "c30", None, Some(30)));
     assert_eq!(region_cap(&dir, "c30"), 40 * GI - 4 * GI - 2 * r);
@@ -162,7 +162,7 @@ fn a_capped_admit_that_would_squeeze_what_a_best_effort_slice_holds_is_refused()
 #[test]
 fn restart_rewrites_best_effort_caps() {
     let (dir, mut st) = state("restart", Policy::default());
-    let r = st.admission().policy().reserve();
+    let r = st.admission().policy().reserve_on(0);
     ok(admit(&mut st, "be", None, None));
     ok(admit(&mut st, "cap", Some(8 * GI), None));
     // The record of "be" on disk still says 40 GiB − r (saved when it was alone); a stale

@@ -386,3 +386,48 @@ fn nvml_is_found_through_debians_alternatives_links_inside_the_root() {
     serves_with_nvml_from(&dir, &root, &real);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// In the DaemonSet the probe context's CUDA driver is the node's, found like NVML through
+/// `GPUSLICE_DRIVER_ROOT` (here a RHEL-like root holding the simulated driver and NVML): the
+/// arbiter says which file it loads and measures the context there (the simulator's 518 MiB).
+#[test]
+fn the_probe_finds_the_cuda_driver_under_the_driver_root() {
+    let Some(nvml) = sim_nvml() else { return };
+    let cuda = nvml.with_file_name("libcuda.so");
+    assert!(
+        cuda.is_file(),
+        "{}: cargo build -p gpuslice-sim-cuda",
+        cuda.display()
+    );
+    let dir = tmp("root-cuda");
+    let root = dir.join("node");
+    let lib64 = root.join("usr/lib64");
+    std::fs::create_dir_all(&lib64).unwrap();
+    let real_nvml = lib64.join("libnvidia-ml.so.580.159.04");
+    let real_cuda = lib64.join("libcuda.so.580.159.04");
+    std::fs::copy(&nvml, &real_nvml).unwrap();
+    std::fs::copy(&cuda, &real_cuda).unwrap();
+    std::os::unix::fs::symlink(
+        "libnvidia-ml.so.580.159.04",
+        lib64.join("libnvidia-ml.so.1"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("libcuda.so.580.159.04", lib64.join("libcuda.so.1")).unwrap();
+    write_cache(&root, "/usr/lib64");
+    serves_with_nvml_from(&dir, &root, &real_nvml);
+    let log = std::fs::read_to_string(dir.join("arbiter.log")).unwrap();
+    assert!(
+        log.contains(&format!(
+            "CUDA driver for the probe context: {}",
+            real_cuda.display()
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains("device 0: a CUDA context holds 518 MiB (measured"),
+        "{log}"
+    );
+    let saved = std::fs::read_to_string(dir.join("contexts.json")).unwrap();
+    assert!(saved.contains("\"measured\""), "{saved}");
+    let _ = std::fs::remove_dir_all(dir);
+}

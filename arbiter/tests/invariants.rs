@@ -64,7 +64,7 @@ fn recount(a: &Admission) -> Vec<(u64, u32)> {
             let mut cpu = 0u32;
             for s in a.slices() {
                 for x in s.devices.iter().filter(|x| x.uuid == d.uuid) {
-                    let reserve = p.context_reserve * u64::from(p.processes_per_slice);
+                    let reserve = p.reserve_on(d.index);
                     mem += x.memory_cap.unwrap_or(0) + reserve;
                     cpu += u32::from(s.request.compute.unwrap_or(0));
                 }
@@ -151,7 +151,7 @@ fn run(seed: u64, overcommit: bool, placement: Placement) {
                         for (d, (mem, cpu)) in a.devices().iter().zip(counts) {
                             let cap = req.memory.map(|m| m.resolve(d.memory_total));
                             let need = match cap {
-                                Some(c) => c + a.policy().reserve(),
+                                Some(c) => c + a.policy().reserve_on(d.index),
                                 None => d.memory_total,
                             };
                             let model_ok = req

@@ -83,10 +83,21 @@ fn scrape_parses_and_carries_the_numbers() {
         compute_limit: Some(60),
         ..SliceRequest::default()
     };
+    // Its container is a Kubernetes Pod's (the CRI runtime's annotations, as gpuslice-oci
+    // reads them): every per-slice series carries its namespace, Pod and container.
+    let pod = gpuslice_api::PodRef {
+        namespace: "ml".into(),
+        name: "trainer-7f9c".into(),
+        container: "train".into(),
+    };
+    let owner = Owner {
+        pod: Some(pod),
+        ..Owner::default()
+    };
     let dir = match st.lock().unwrap().handle(Request::Admit {
         slice_id: "job1".into(),
         request: req,
-        owner: Owner::default(),
+        owner,
     }) {
         Response::Admitted { slice_dir, .. } => slice_dir,
         other => panic!("{other:?}"),
@@ -175,7 +186,8 @@ fn scrape_parses_and_carries_the_numbers() {
         .devices[0]
         .uuid
         .clone();
-    let sl = format!("slice=\"job1\",device=\"{idx}\",uuid=\"{uuid}\"");
+    let pod = "namespace=\"ml\",pod=\"trainer-7f9c\",container=\"train\"";
+    let sl = format!("slice=\"job1\",device=\"{idx}\",uuid=\"{uuid}\",{pod}");
     assert_eq!(
         m[&format!("gpuslice_slice_memory_cap_bytes{{{sl}}}")],
         (4 * GI) as f64
@@ -192,21 +204,26 @@ fn scrape_parses_and_carries_the_numbers() {
         m[&format!("gpuslice_slice_compute_limit_ratio{{{sl}}}")],
         0.6
     );
-    assert_eq!(m["gpuslice_slice_processes{slice=\"job1\"}"], 1.0);
+    assert_eq!(
+        m[&format!("gpuslice_slice_processes{{slice=\"job1\",{pod}}}")],
+        1.0
+    );
     assert_eq!(m["gpuslice_slices"], 1.0);
     assert!(m["gpuslice_admission_refusals_total{code=\"refused\"}"] >= 1.0);
     assert_eq!(
         m[&format!(
-            "gpuslice_slice_achieved_share_ratio{{slice=\"job1\",device=\"{idx}\",window=\"1s\"}}"
+            "gpuslice_slice_achieved_share_ratio{{slice=\"job1\",device=\"{idx}\",window=\"1s\",{pod}}}"
         )],
         0.25
     );
     assert_eq!(
-        m[&format!("gpuslice_slice_lease_grants_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        m[&format!("gpuslice_slice_lease_grants_total{{slice=\"job1\",device=\"{idx}\",{pod}}}")],
         21.0
     );
     assert_eq!(
-        m[&format!("gpuslice_slice_lease_wait_seconds_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        m[&format!(
+            "gpuslice_slice_lease_wait_seconds_total{{slice=\"job1\",device=\"{idx}\",{pod}}}"
+        )],
         1.5
     );
     assert_eq!(
@@ -214,7 +231,9 @@ fn scrape_parses_and_carries_the_numbers() {
         42.0
     );
     assert_eq!(
-        m[&format!("gpuslice_slice_charged_seconds_total{{slice=\"job1\",device=\"{idx}\"}}")],
+        m[&format!(
+            "gpuslice_slice_charged_seconds_total{{slice=\"job1\",device=\"{idx}\",{pod}}}"
+        )],
         2.0
     );
     assert_eq!(
@@ -270,7 +289,7 @@ fn without_scheduler_no_share_metrics_are_invented() {
 }
 
 /// Each device's context footprint, as the arbiter measured it, and the charge that follows it
-/// (issue 32): the charge is the largest footprint plus the module allowance.
+/// (issue 32): each device's own footprint plus the module allowance.
 #[test]
 fn the_measured_context_footprint_is_exported_per_device() {
     use gpuslice_arbiter::contexts::{policy_for, resolve};
@@ -302,5 +321,62 @@ fn the_measured_context_footprint_is_exported_per_device() {
     assert_eq!(m[&key(footprint, 1, src_label)], (400 * MI) as f64);
     let charge = "gpuslice_device_context_charge_bytes";
     assert_eq!(m[&key(charge, 0, "")], (774 * MI) as f64, "{m:?}");
-    assert_eq!(m[&key(charge, 1, "")], (774 * MI) as f64);
+    // Each device its own: 400 MiB + 256 MiB on the A100 (a mixed node).
+    assert_eq!(m[&key(charge, 1, "")], (656 * MI) as f64);
+}
+
+/// Each slice process's own footprint from the backstop's last check (NVML's figure less what
+/// the interposer counted), for admitted slices only; a process whose count is unknown has none.
+#[test]
+fn each_process_footprint_is_exported() {
+    use gpuslice_api::ProcessFootprint;
+    const MI: u64 = 1 << 20;
+    let tmp = TempDir::new("footprints");
+    let st = state(&tmp.0);
+    let r = st.lock().unwrap().handle(Request::Admit {
+        slice_id: "job1".into(),
+        request: SliceRequest {
+            memory: Some("1Gi".parse().unwrap()),
+            ..SliceRequest::default()
+        },
+        owner: Owner::default(),
+    });
+    assert!(matches!(r, Response::Admitted { .. }), "{r:?}");
+    let fp = |slice: &str, pid, footprint: Option<u64>| ProcessFootprint {
+        slice_id: slice.into(),
+        device: 0,
+        pid,
+        used: GI + 520 * MI,
+        counted: footprint.map(|f| GI + 520 * MI - f),
+        footprint,
+    };
+    st.lock().unwrap().events().set_footprints(vec![
+        fp("job1", 4121, Some(520 * MI)),
+        fp("job1", 4122, None),
+        fp("gone", 9, Some(MI)),
+    ]);
+    let src = Sources {
+        state: Arc::clone(&st),
+        state_dir: tmp.0.clone(),
+        sched: None,
+    };
+    let m = parse(&metrics::render(&src));
+    let name = "gpuslice_slice_process_footprint_bytes";
+    let got: Vec<(&String, &f64)> = m.iter().filter(|(k, _)| k.starts_with(name)).collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        m[&format!(
+            "{name}{{slice=\"job1\",device=\"0\",pid=\"4121\",namespace=\"\",pod=\"\",container=\"\"}}"
+        )],
+        (520 * MI) as f64
+    );
+    // The status reply carries them too.
+    let reply = st.lock().unwrap().handle(Request::Status {});
+    match reply {
+        Response::Status(s) => {
+            assert_eq!(s.processes.len(), 2, "{:?}", s.processes);
+            assert_eq!(s.processes[0].footprint, Some(520 * MI));
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -208,6 +208,7 @@ fn deleted_cgroup_releases_the_slice() {
         container_id: Some("ctr1".into()),
         pid: None,
         cgroup: Some("/kubepods/pod1/ctr1".into()),
+        pod: None,
     };
     admit(&st, "ctr1", owner);
     let mut c = cfg(&state_dir);
@@ -342,6 +343,7 @@ fn bind_after_admit_makes_the_bound_process_the_owner() {
         slice_id: "ctr".into(),
         pid: Some(init.id()),
         cgroup: None,
+        pod: None,
     });
     assert!(matches!(bound, Response::Bound { .. }), "{bound:?}");
     let id = read_owner(&dir).expect("owner.json written at bind");
@@ -364,6 +366,7 @@ fn bind_of_an_unknown_slice_is_not_found_and_changes_nothing() {
         slice_id: "nope".into(),
         pid: Some(1),
         cgroup: None,
+        pod: None,
     });
     match r {
         Response::Error { message, .. } => assert!(message.contains("nope"), "{message}"),

@@ -189,8 +189,13 @@ fn a_liar_is_struck_and_backed_off_and_an_honest_slice_is_not() {
     };
     let text = metrics::render(&src);
     let m = |name: &str, id: &str| {
-        series(&text, &format!("{name}{{slice=\"{id}\",device=\"0\"}}"))
-            .unwrap_or_else(|| panic!("no {name} for {id} in\n{text}"))
+        // Slices outside Kubernetes: empty Pod labels (docs/metrics.md).
+        let pod = "namespace=\"\",pod=\"\",container=\"\"";
+        series(
+            &text,
+            &format!("{name}{{slice=\"{id}\",device=\"0\",{pod}}}"),
+        )
+        .unwrap_or_else(|| panic!("no {name} for {id} in\n{text}"))
     };
     assert_eq!(
         m("gpuslice_slice_lease_strikes_total", "liar"),

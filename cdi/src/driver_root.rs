@@ -22,6 +22,10 @@ pub const NVML: &str = "libnvidia-ml.so.1";
 pub const DRIVER_ROOT_ENV: &str = "GPUSLICE_DRIVER_ROOT";
 /// Environment variable naming the NVML library outright (wins over everything).
 pub const NVML_LIBRARY_ENV: &str = "GPUSLICE_NVML_LIBRARY";
+/// The soname of the CUDA driver (what the arbiter's probe context loads).
+pub const CUDA: &str = "libcuda.so.1";
+/// Environment variable naming the CUDA driver library outright (wins over the driver root).
+pub const CUDA_LIBRARY_ENV: &str = "GPUSLICE_CUDA_LIBRARY";
 
 /// Directories searched under the root when the loader cache has no usable entry, in order:
 /// the toolkit's list (Debian/Ubuntu multiarch, RHEL/AL2023 `lib64`, Debian's
@@ -49,7 +53,7 @@ const MAX_LINKS: usize = 40;
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{soname} not found under driver root {root}: loader cache {cache}; searched {searched} \
-     (set {DRIVER_ROOT_ENV} to the driver's root, or {NVML_LIBRARY_ENV} to the file)"
+     (set {DRIVER_ROOT_ENV} to the driver's root, or {override_env} to the file)"
 )]
 pub struct LocateError {
     /// The library asked for.
@@ -60,6 +64,8 @@ pub struct LocateError {
     pub cache: String,
     /// The directories searched after it, comma-separated.
     pub searched: String,
+    /// The variable that names the file outright ([`NVML_LIBRARY_ENV`], [`CUDA_LIBRARY_ENV`]).
+    pub override_env: &'static str,
 }
 
 /// Finds `soname` under `root`: the first native entry of `<root>/etc/ld.so.cache` whose file
@@ -93,6 +99,11 @@ pub fn locate(root: &Path, soname: &str) -> Result<PathBuf, LocateError> {
         root: root.display().to_string(),
         cache,
         searched: SEARCH_DIRS.join(", "),
+        override_env: if soname == CUDA {
+            CUDA_LIBRARY_ENV
+        } else {
+            NVML_LIBRARY_ENV
+        },
     })
 }
 
@@ -107,7 +118,30 @@ pub fn nvml_library(configured: Option<&Path>) -> Result<Option<PathBuf>, Locate
     )
 }
 
+/// The CUDA driver the arbiter's probe context loads (`docs/contexts.md`): `GPUSLICE_CUDA_LIBRARY`
+/// if set, else `libcuda.so.1` located under `GPUSLICE_DRIVER_ROOT` if that is set (the node's
+/// driver, from the arbiter's DaemonSet Pod), else `None` (the loader's own search).
+pub fn cuda_library() -> Result<Option<PathBuf>, LocateError> {
+    choose(
+        CUDA,
+        std::env::var_os(CUDA_LIBRARY_ENV),
+        None,
+        std::env::var_os(DRIVER_ROOT_ENV),
+    )
+}
+
 fn choose_nvml(
+    env_library: Option<OsString>,
+    configured: Option<&Path>,
+    env_root: Option<OsString>,
+) -> Result<Option<PathBuf>, LocateError> {
+    choose(NVML, env_library, configured, env_root)
+}
+
+/// `soname`: the file an environment variable names, else the configured one, else the one
+/// located under the driver root, else `None`. Empty variables count as unset.
+fn choose(
+    soname: &str,
     env_library: Option<OsString>,
     configured: Option<&Path>,
     env_root: Option<OsString>,
@@ -119,7 +153,7 @@ fn choose_nvml(
         return Ok(Some(lib.to_path_buf()));
     }
     match env_root.filter(|v| !v.is_empty()) {
-        Some(root) => locate(Path::new(&root), NVML).map(Some),
+        Some(root) => locate(Path::new(&root), soname).map(Some),
         None => Ok(None),
     }
 }
@@ -202,5 +236,35 @@ mod tests {
         let err = choose_nvml(None, None, root()).unwrap_err();
         assert_eq!(err.root, "/nonexistent-driver-root");
         assert!(err.cache.contains("cannot read"), "{err}");
+        assert!(err.to_string().contains(NVML_LIBRARY_ENV), "{err}");
+    }
+
+    /// The probe context's CUDA driver: the variable's file, else `libcuda.so.1` in the driver
+    /// root's loader cache (a fixture root with Debian's layout), else the loader's search; a
+    /// root without it is an error naming `GPUSLICE_CUDA_LIBRARY`.
+    #[test]
+    fn the_cuda_driver_is_found_under_the_driver_root() {
+        let root = std::env::temp_dir().join(format!("gs-cuda-root-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("libcuda.so.580.159.04"), b"elf").unwrap();
+        std::os::unix::fs::symlink("libcuda.so.580.159.04", dir.join(CUDA)).unwrap();
+        let r = || Some(root.clone().into_os_string());
+        assert_eq!(
+            choose(CUDA, None, None, r()).unwrap(),
+            Some(dir.join("libcuda.so.580.159.04"))
+        );
+        let lib = Some(OsString::from("/x/libcuda.so.1"));
+        assert_eq!(
+            choose(CUDA, lib, None, r()).unwrap(),
+            Some(PathBuf::from("/x/libcuda.so.1"))
+        );
+        assert_eq!(choose(CUDA, None, None, None).unwrap(), None);
+        std::fs::remove_file(dir.join(CUDA)).unwrap();
+        let err = choose(CUDA, None, None, r()).unwrap_err();
+        assert_eq!(err.soname, CUDA);
+        assert!(err.to_string().contains(CUDA_LIBRARY_ENV), "{err}");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

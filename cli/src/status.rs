@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use gpuslice_api::{BackstopEvent, NodeStatus, Priority};
+use gpuslice_api::{BackstopEvent, NodeStatus, Priority, ProcessFootprint};
 use gpuslice_region::liveness::ProcessTable;
 use gpuslice_region::{Limits, Usage};
 use serde::{Deserialize, Serialize};
@@ -43,6 +43,10 @@ pub struct SliceRow {
     /// Recent actions of the arbiter's backstop on this slice and device (oldest first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backstop: Vec<BackstopEvent>,
+    /// Each of its processes on this device as the backstop last saw it: NVML's figure, what
+    /// the interposer counted, and the difference, the process's own context and modules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub footprints: Vec<ProcessFootprint>,
     /// The scheduler's hostile-usage count (leases lost for claiming demand without launching):
     /// `None` = not reported (no scheduler).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -159,6 +163,12 @@ impl StatusView {
                         .filter(|e| e.slice_id == s.slice_id && e.device == a.index)
                         .cloned()
                         .collect(),
+                    footprints: status
+                        .processes
+                        .iter()
+                        .filter(|p| p.slice_id == s.slice_id && p.device == a.index)
+                        .cloned()
+                        .collect(),
                     strikes: share.map(|x| Strikes {
                         consecutive: x.strikes,
                         total: x.strikes_total,
@@ -202,6 +212,12 @@ impl StatusView {
                     c.driver,
                     bytes(c.charge)
                 );
+                if let Some(why) = &c.reason {
+                    let _ = writeln!(
+                        out,
+                        "  context NOT MEASURED: {why}; charged the assumed size with a margin"
+                    );
+                }
             }
             if d.slices.is_empty() {
                 out.push_str("  (no slices)\n");
@@ -249,6 +265,9 @@ impl StatusView {
                 out.push('\n');
             }
             for s in &d.slices {
+                for p in &s.footprints {
+                    let _ = writeln!(out, "  {}: {}", short_id(&s.slice_id), footprint_line(p));
+                }
                 for e in &s.backstop {
                     let _ = writeln!(out, "  {}: backstop: {}", short_id(&s.slice_id), e.message);
                 }
@@ -265,6 +284,20 @@ impl StatusView {
             }
         }
         out
+    }
+}
+
+/// `pid 4121: NVML 8.5Gi, counted 8Gi, own 520Mi (context and modules)`.
+fn footprint_line(p: &ProcessFootprint) -> String {
+    match (p.counted, p.footprint) {
+        (Some(c), Some(f)) => format!(
+            "pid {}: NVML {}, counted {}, own {} (context and modules)",
+            p.pid,
+            bytes(p.used),
+            bytes(c),
+            bytes(f)
+        ),
+        _ => format!("pid {}: NVML {}, counted n/a", p.pid, bytes(p.used)),
     }
 }
 

@@ -306,7 +306,7 @@ fn memory_100_percent_is_admitted_and_reserved_names_are_refused() {
         .handle_line(r#"{"version":1,"op":"admit","slice_id":"all","request":{"memory":"100%"}}"#);
     match r.response {
         gpuslice_api::Response::Admitted { devices, .. } => {
-            let reserve = Policy::default().reserve();
+            let reserve = Policy::default().reserve_on(0);
             assert_eq!(devices[0].memory_cap, Some(80 * GI - reserve));
         }
         other => panic!("expected admitted, got {other:?}"),

@@ -80,7 +80,8 @@ fn run_status_metrics_and_reclaim_on_the_simulated_gpu() {
             .unwrap()
             .to_string();
         let key = format!(
-            "gpuslice_slice_achieved_share_ratio{{slice=\"{id}\",device=\"0\",window=\"1s\"}} "
+            "gpuslice_slice_achieved_share_ratio{{slice=\"{id}\",device=\"0\",window=\"1s\",\
+             namespace=\"\",pod=\"\",container=\"\"}} "
         );
         let line = text
             .lines()

@@ -138,6 +138,7 @@ fn fixed() -> StatusView {
                     source: "measured".into(),
                     driver: "580.159.04".into(),
                     charge: 774 << 20,
+                    reason: None,
                 }),
                 slices: vec![
                     SliceRow {
@@ -162,6 +163,7 @@ fn fixed() -> StatusView {
                                 .into(),
                             at_ms: 1,
                         }],
+                        footprints: vec![],
                         strikes: Some(Strikes::default()),
                     },
                     SliceRow {
@@ -176,6 +178,7 @@ fn fixed() -> StatusView {
                         priority: Priority::High,
                         processes: None,
                         backstop: vec![],
+                        footprints: vec![],
                         strikes: None,
                     },
                 ],
@@ -291,6 +294,7 @@ fn achieved_shares_come_from_the_status_reply() {
         devices: vec![dev(vec![share])],
         slices: vec![slice.clone()],
         backstop: Vec::new(),
+        processes: Vec::new(),
     };
     let view = StatusView::build(&with, std::path::Path::new("/nonexistent"));
     let row = &view.devices[0].slices[0];
@@ -303,6 +307,7 @@ fn achieved_shares_come_from_the_status_reply() {
         devices: vec![dev(vec![])],
         slices: vec![slice],
         backstop: Vec::new(),
+        processes: Vec::new(),
     };
     let view = StatusView::build(&without, std::path::Path::new("/nonexistent"));
     assert_eq!(view.devices[0].slices[0].achieved_1s, None);
@@ -352,6 +357,7 @@ fn strikes_come_from_the_status_reply() {
         }],
         slices: vec![slice("liar"), slice("honest")],
         backstop: Vec::new(),
+        processes: Vec::new(),
     };
     let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
     let rows = &view.devices[0].slices;
@@ -434,6 +440,7 @@ fn best_effort_shares_come_from_the_status_reply() {
         }],
         slices: vec![slice("c30", Some(39 * GI + GI / 2)), slice("old", None)],
         backstop: Vec::new(),
+        processes: Vec::new(),
     };
     let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
     let text = view.render();
@@ -444,4 +451,112 @@ fn best_effort_shares_come_from_the_status_reply() {
     assert_eq!(s[0]["memory_best_effort"], 39 * GI + GI / 2);
     assert!(s[0]["memory_cap"].is_null());
     assert!(s[1].get("memory_best_effort").is_none());
+}
+
+/// Each slice process's own footprint (NVML's figure less what the interposer counted) comes
+/// from the status reply: one line per process in the table, `footprints` in JSON.
+#[test]
+fn process_footprints_come_from_the_status_reply() {
+    use gpuslice_api::{AssignedDevice, DeviceStatus, NodeStatus, ProcessFootprint, SliceStatus};
+    const MI: u64 = 1 << 20;
+    let node = NodeStatus {
+        devices: vec![DeviceStatus {
+            index: 0,
+            uuid: "GPU-aaaa".into(),
+            name: "NVIDIA H200".into(),
+            memory_total: 141 * GI,
+            memory_committed: 9 * GI,
+            compute_guaranteed: 0,
+            slices: vec!["train".into()],
+            shares: vec![],
+            context: None,
+        }],
+        slices: vec![SliceStatus {
+            slice_id: "train".into(),
+            request: Default::default(),
+            owner: Default::default(),
+            devices: vec![AssignedDevice {
+                index: 0,
+                uuid: "GPU-aaaa".into(),
+                name: "NVIDIA H200".into(),
+                memory_cap: Some(8 * GI),
+                memory_best_effort: None,
+                memory_total: 141 * GI,
+            }],
+        }],
+        backstop: Vec::new(),
+        processes: vec![
+            ProcessFootprint {
+                slice_id: "train".into(),
+                device: 0,
+                pid: 4121,
+                used: 8 * GI + 520 * MI,
+                counted: Some(8 * GI),
+                footprint: Some(520 * MI),
+            },
+            ProcessFootprint {
+                slice_id: "train".into(),
+                device: 0,
+                pid: 4122,
+                used: 600 * MI,
+                counted: None,
+                footprint: None,
+            },
+            ProcessFootprint {
+                slice_id: "gone".into(),
+                device: 0,
+                pid: 9,
+                used: 1,
+                counted: Some(0),
+                footprint: Some(1),
+            },
+        ],
+    };
+    let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
+    let text = view.render();
+    assert!(
+        text.contains(
+            "  train: pid 4121: NVML 8.5Gi, counted 8Gi, own 520Mi (context and modules)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  train: pid 4122: NVML 600Mi, counted n/a"),
+        "{text}"
+    );
+    assert!(!text.contains("pid 9:"), "a slice not in the reply: {text}");
+    let v: serde_json::Value = serde_json::from_str(&view.to_json()).unwrap();
+    let f = &v["devices"][0]["slices"][0]["footprints"];
+    assert_eq!(f[0]["footprint"], 520 * MI);
+    assert_eq!(f[0]["counted"], 8 * GI);
+    assert!(f[1]["footprint"].is_null());
+}
+
+/// A device the arbiter could not measure says so, with the probe's reason, under its context
+/// line; `--json` carries the reason.
+#[test]
+fn an_unmeasured_context_says_why() {
+    let mut view = fixed();
+    let why = "NVML does not list the probe process: the arbiter is not in the host's pid \
+               namespace (its pids [48211, 7] from the host inward), and NVML lists host pids; \
+               run it with hostPID: true to measure contexts";
+    view.devices[0].context = Some(gpuslice_api::ContextStatus {
+        footprint: 518 << 20,
+        source: "assumed".into(),
+        driver: "580.159.04".into(),
+        charge: 904 << 20,
+        reason: Some(why.into()),
+    });
+    let text = view.render();
+    assert!(
+        text.contains(&format!(
+            "  context 518Mi (assumed, driver 580.159.04); each process charged 904Mi for its \
+             context and modules\n  context NOT MEASURED: {why}; charged the assumed size \
+             with a margin\n"
+        )),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&view.to_json()).unwrap();
+    assert_eq!(v["devices"][0]["context"]["reason"], why);
+    assert!(fixed().to_json().find("\"reason\"").is_none());
 }

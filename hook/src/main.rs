@@ -172,7 +172,14 @@ fn run(cli: &Cli) -> Result<()> {
                 .pid
                 .ok_or_else(|| anyhow!("container {}: the state has no pid", state.id))?;
             let cgroup = cgroup_of(&cli.proc_root, pid);
-            match client.bind(&slice_id, Some(pid), cgroup.as_deref()) {
+            // The Pod of a container whose slice was admitted before it existed (DRA, device
+            // plugin): from the CRI runtime's annotations, for the slice's metric labels.
+            let pod = state
+                .bundle
+                .as_deref()
+                .and_then(|b| standalone::read_config(b).ok())
+                .and_then(|doc| gpuslice_api::PodRef::from_annotations(&doc.annotations()));
+            match client.bind_pod(&slice_id, Some(pid), cgroup.as_deref(), pod) {
                 Ok(BindResult::Bound) => Ok(()),
                 Ok(BindResult::Unsupported(m)) => {
                     eprintln!(

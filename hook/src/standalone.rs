@@ -58,7 +58,7 @@ pub fn cdi_gpus(env: &[(String, String)]) -> Vec<String> {
     v.into_iter().map(|(_, u)| u).collect()
 }
 
-fn read_config(bundle: &Path) -> Result<SpecDoc> {
+pub(crate) fn read_config(bundle: &Path) -> Result<SpecDoc> {
     use std::io::Read;
     let p = bundle.join("config.json");
     let mut bytes = Vec::new();
@@ -112,6 +112,7 @@ pub fn create(
         container_id: Some(id.to_string()),
         pid: None,
         cgroup: None,
+        pod: gpuslice_api::PodRef::from_annotations(&annotations),
     };
     let adm = client
         .admit(slice_id, request, owner)

@@ -157,3 +157,38 @@ fn stdin_wait_is_bounded() {
         t.elapsed()
     );
 }
+
+/// A slice admitted before its container existed (DRA, device plugin) learns the container's
+/// Kubernetes Pod at create-runtime, from the CRI runtime's annotations in the bundle: the
+/// arbiter's metric labels.
+#[test]
+fn create_runtime_binds_the_containers_pod() {
+    let n = Node::new("pod", true);
+    n.admit("dra-c3");
+    let bundle = n.dir.join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let spec = r#"{"ociVersion":"1.0.2","annotations":{
+        "io.kubernetes.cri.sandbox-namespace":"ml",
+        "io.kubernetes.cri.sandbox-name":"trainer-7f9c",
+        "io.kubernetes.cri.container-name":"train"}}"#;
+    std::fs::write(bundle.join("config.json"), spec).unwrap();
+    let me = std::process::id();
+    let state = format!(
+        r#"{{"ociVersion":"1.0.2","id":"c3","status":"created","pid":{me},"bundle":"{}"}}"#,
+        bundle.display()
+    );
+    let o = n.hook(&["--slice-id", "dra-c3", "create-runtime"], &state);
+    assert!(o.status.success(), "{}", err(&o));
+    let st = n.state.lock().unwrap().admission().status();
+    let owner = &st.slices[0].owner;
+    assert_eq!(owner.pid, Some(me));
+    let pod = owner.pod.clone().expect("the Pod");
+    assert_eq!(
+        (
+            pod.namespace.as_str(),
+            pod.name.as_str(),
+            pod.container.as_str()
+        ),
+        ("ml", "trainer-7f9c", "train")
+    );
+}

@@ -1,12 +1,13 @@
 //! What one GPU offers the cluster, computed from the arbiter's own admission [`Policy`] so
 //! that the scheduler's sums and the arbiter's cannot disagree.
 //!
-//! The arbiter commits `cap + reserve` per slice on a device (`Policy::commitment`: the cap plus
-//! `context_reserve × processes_per_slice`), where the per-process context charge follows the
-//! context footprint the arbiter measured at its start (`gpuslice_arbiter::contexts`, kept in
-//! `<state-dir>/contexts.json`): the plugin builds its [`Policy`] with [`node_policy`] from the
-//! same file, so both charge what was measured (the assumed H200 figure until the arbiter has
-//! run once). Consumable capacity has no per-allocation overhead,
+//! The arbiter commits `cap + reserve` per slice on a device (`Policy::commitment_on`: the cap
+//! plus that device's context charge × `processes_per_slice`), where each device's per-process
+//! charge follows the context footprint the arbiter measured on it at its start
+//! (`gpuslice_arbiter::contexts`, kept in `<state-dir>/contexts.json`): the plugin builds its
+//! [`Policy`] with [`node_policy`] from the same file, so both charge each device what was
+//! measured there (the assumed H200 figure until the arbiter has run once), and a node with GPUs
+//! of different kinds publishes each its own capacity. Consumable capacity has no per-allocation overhead,
 //! so the driver publishes a third capacity, `slices` (value `slices_per_gpu`, every claim
 //! consumes exactly 1), and sets aside the reserves of that many slices up front:
 //!
@@ -74,7 +75,7 @@ pub fn offer(policy: &Policy, publish: &PublishPolicy, device: &DeviceInfo) -> O
         0
     } else {
         policy
-            .reserve()
+            .reserve_on(device.index)
             .saturating_mul(u64::from(publish.slices_per_gpu))
     };
     let memory = device.memory_total.saturating_sub(reserves);
@@ -132,8 +133,8 @@ mod tests {
         let offered = |dir: &std::path::Path| offer(&node_policy(&config, dir), &publish, &dev);
         assert_eq!(
             offered(&dir).memory,
-            (141 << 30) - 4 * 774 * MI,
-            "assumed 518 MiB"
+            (141 << 30) - 4 * 904 * MI,
+            "assumed 518 MiB with its margin"
         );
         let devs = [dev.clone()];
         let (list, _) = resolve(&devs, "580.159.04", Ok(vec![(0, 1252 * MI)]), None);
@@ -155,6 +156,59 @@ mod tests {
             },
         );
         assert_eq!(units.units, 135);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A node with two kinds of GPU: each device's `memory` and device-plugin units set aside
+    /// its own contexts' charge (518 + 256 MiB on the H200, 300 + 256 MiB on the smaller one),
+    /// not the node's largest.
+    #[test]
+    fn each_device_of_a_mixed_node_publishes_its_own_reserves() {
+        use crate::deviceplugin::units::{units_of, UnitPolicy};
+        use gpuslice_arbiter::contexts::{resolve, save};
+        const MI: u64 = 1 << 20;
+        let dir = std::env::temp_dir().join(format!("gs-cap-mixed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dev = |index: u32, gib: u64| DeviceInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "x".into(),
+            memory_total: gib << 30,
+        };
+        let devs = [dev(0, 141), dev(1, 24)];
+        let (list, _) = resolve(&devs, "580", Ok(vec![(0, 518 * MI), (1, 300 * MI)]), None);
+        save(&dir, &list).expect("contexts.json");
+        let config = gpuslice_api::config::AdmissionConfig::default();
+        let policy = node_policy(&config, &dir);
+        let publish = PublishPolicy { slices_per_gpu: 4 };
+        let memory: Vec<u64> = devs
+            .iter()
+            .map(|d| offer(&policy, &publish, d).memory)
+            .collect();
+        assert_eq!(
+            memory,
+            [(141 << 30) - 4 * 774 * MI, (24 << 30) - 4 * 556 * MI]
+        );
+        let units: Vec<u32> = devs
+            .iter()
+            .map(|d| {
+                let p = UnitPolicy {
+                    unit: 1 << 30,
+                    policy: policy.clone(),
+                    publish,
+                };
+                let gpu = crate::gpu::Gpu {
+                    info: d.clone(),
+                    minor: d.index,
+                    architecture: None,
+                    compute_capability: None,
+                    driver_version: None,
+                };
+                units_of(&p, &gpu).units
+            })
+            .collect();
+        // floor((141 GiB − 3 096 MiB) / 1 GiB) and floor((24 GiB − 2 224 MiB) / 1 GiB).
+        assert_eq!(units, [137, 21]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

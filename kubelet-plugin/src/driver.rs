@@ -5,6 +5,7 @@
 //! entry) and says so. Idempotent: a claim already in the checkpoint is completed from the
 //! recorded plan (kubelet retries, plugin restarts).
 
+use crate::policysource::PolicySource;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -57,6 +58,9 @@ pub struct Parts {
 pub struct Driver {
     parts: Parts,
     state: Mutex<Checkpoint>,
+    /// The policy prepare checks offers with: `parts.policy`, or the arbiter's as it changes
+    /// ([`Driver::following`]).
+    policy: Arc<PolicySource>,
 }
 
 /// The slice id of a claim.
@@ -68,10 +72,19 @@ impl Driver {
     /// Starts from the checkpoint on disk (claims prepared by an earlier run are kept).
     pub fn new(parts: Parts) -> Result<Driver, CheckpointError> {
         let state = Checkpoint::load(&parts.checkpoint)?;
+        let policy = Arc::new(PolicySource::fixed(parts.policy.clone()));
         Ok(Driver {
             parts,
             state: Mutex::new(state),
+            policy,
         })
+    }
+
+    /// This driver checking offers with `policy` as it is at each prepare (the publisher's
+    /// source, so what is prepared is what is published).
+    pub fn following(mut self, policy: Arc<PolicySource>) -> Driver {
+        self.policy = policy;
+        self
     }
 
     /// The node's name.
@@ -123,10 +136,11 @@ impl Driver {
 
     fn offers(&self) -> Result<Vec<(Gpu, Offer)>, String> {
         let gpus = self.parts.gpus.gpus().map_err(|e| e.to_string())?;
+        let policy = self.policy.current();
         Ok(gpus
             .into_iter()
             .map(|g| {
-                let o = capacity::offer(&self.parts.policy, &self.parts.publish, &g.info);
+                let o = capacity::offer(&policy, &self.parts.publish, &g.info);
                 (g, o)
             })
             .collect())

@@ -27,6 +27,7 @@ pub mod gpu;
 pub mod grpc;
 pub mod nvml;
 pub mod plan;
+pub mod policysource;
 pub mod privileges;
 pub mod proto;
 pub mod publish;

@@ -20,6 +20,7 @@ use gpuslice_kubelet_plugin::deviceplugin;
 use gpuslice_kubelet_plugin::driver::{Driver, Parts};
 use gpuslice_kubelet_plugin::gpu::GpuSource;
 use gpuslice_kubelet_plugin::nvml::NvmlGpus;
+use gpuslice_kubelet_plugin::policysource::PolicySource;
 use gpuslice_kubelet_plugin::publish::Publisher;
 use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::serve::{serve, Sockets};
@@ -126,9 +127,13 @@ fn main() -> Result<()> {
     // As the arbiter: GPUSLICE_NVML_LIBRARY, the config's, or the driver root's loader cache.
     let nvml = gpuslice_cdi::driver_root::nvml_library(config.nvml_library.as_deref())?;
     let gpus: Arc<dyn GpuSource> = Arc::new(NvmlGpus::open(nvml.as_deref())?);
-    // The arbiter's charge: its measured context footprint (capacity.rs).
-    let policy: Policy =
-        gpuslice_kubelet_plugin::capacity::node_policy(&config.admission, &settings.state_dir);
+    // The arbiter's charges: its measured context footprints (capacity.rs), followed as the
+    // arbiter measures them again (policysource.rs).
+    let source = Arc::new(PolicySource::following(
+        &config.admission,
+        &settings.state_dir,
+    ));
+    let policy: Policy = source.current();
     let publish = PublishPolicy {
         slices_per_gpu: cli.slices_per_gpu,
     };
@@ -138,6 +143,7 @@ fn main() -> Result<()> {
             deviceplugin::run::Node {
                 gpus,
                 policy,
+                source: Some(source),
                 publish,
                 state_dir: settings.state_dir.clone(),
                 arbiter_timeout: Duration::from_secs(cli.arbiter_timeout.max(1)),
@@ -190,8 +196,10 @@ fn main() -> Result<()> {
         (None, Some(c)) => Arc::new(ApiClaims::new(c.clone(), rt.handle().clone(), api_timeout)),
         (None, None) => unreachable!("a client is made when no --claims-from is given"),
     };
-    let publisher =
-        client.map(|c| Publisher::new(c, &cli.node_name, gpus.clone(), policy.clone(), publish));
+    let publisher = client.map(|c| {
+        Publisher::new(c, &cli.node_name, gpus.clone(), policy.clone(), publish)
+            .following(source.clone())
+    });
     let driver = Driver::new(Parts {
         node: cli.node_name.clone(),
         gpus,
@@ -208,7 +216,8 @@ fn main() -> Result<()> {
             node_spec: cli.node_cdi_spec.clone(),
         }),
         checkpoint: cli.plugin_dir.join(checkpoint::FILE),
-    })?;
+    })?
+    .following(source);
     let sockets = Sockets {
         registry_dir: cli.registry_dir.clone(),
         plugin_dir: cli.plugin_dir.clone(),

@@ -26,7 +26,8 @@
 //! [`Publisher::run`] syncs at start, whenever the GPUs the node reports change (a GPU appears
 //! or disappears, or NVML stops answering for one: see [`crate::nvml`]), after a failed sync
 //! (with back-off), when woken (slices deleted or changed by someone else, such as a starting
-//! kubelet, or a new registration: [`crate::slicewatch`]), and every `resync` period (a
+//! kubelet, or a new registration: [`crate::slicewatch`]), when the arbiter's context charges
+//! change (its `contexts.json`, [`crate::policysource`]), and every `resync` period (a
 //! backstop for what the watch missed).
 
 use std::future::Future;
@@ -45,6 +46,7 @@ use tokio::sync::Notify;
 use crate::apiserver::{code, describe};
 use crate::capacity::PublishPolicy;
 use crate::gpu::{Gpu, GpuSource};
+use crate::policysource::PolicySource;
 use crate::resourceslice::{by_value, resource_slices};
 use crate::validate;
 use crate::DRIVER;
@@ -125,7 +127,8 @@ pub struct Publisher {
     owner: tokio::sync::Mutex<Option<OwnerReference>>,
     node: String,
     gpus: Arc<dyn GpuSource>,
-    policy: Policy,
+    /// The arbiter's policy: fixed, or following its `contexts.json` ([`Publisher::following`]).
+    policy: Arc<PolicySource>,
     publish: PublishPolicy,
     /// The highest generation this process published: a pool whose slices were all deleted
     /// meanwhile comes back above it, never below.
@@ -161,10 +164,17 @@ impl Publisher {
             owner: tokio::sync::Mutex::new(None),
             node: node.to_string(),
             gpus,
-            policy,
+            policy: Arc::new(PolicySource::fixed(policy)),
             publish,
             last_generation: std::sync::Mutex::new(None),
         }
+    }
+
+    /// This publisher computing capacity with `policy` as it is at each sync; [`Self::run`]
+    /// republishes when it changes (the arbiter measured its contexts again).
+    pub fn following(mut self, policy: Arc<PolicySource>) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// The field selector of this node's slices.
@@ -259,9 +269,9 @@ impl Publisher {
             .map_err(|e| Failure::Fatal(self.api_error("list".into(), &e)))?;
         let ours = listed.items;
         let current = ours.iter().map(|s| s.spec.pool.generation).max();
+        let policy = self.policy.current();
         let compute = |generation| {
-            let mut slices =
-                resource_slices(&self.node, gpus, &self.policy, &self.publish, generation);
+            let mut slices = resource_slices(&self.node, gpus, &policy, &self.publish, generation);
             for s in &mut slices {
                 s.metadata.owner_references = owner.clone().map(|o| vec![o]);
             }
@@ -379,7 +389,8 @@ impl Publisher {
         shutdown: impl Future<Output = ()> + Send,
     ) {
         tokio::pin!(shutdown);
-        let mut published: Option<Vec<Gpu>> = None;
+        // What was last published: the GPUs and the policy their capacity came from.
+        let mut published: Option<(Vec<Gpu>, Policy)> = None;
         let mut last_ok: Option<Instant> = None;
         let mut backoff = poll;
         let mut wait = Duration::ZERO;
@@ -401,11 +412,14 @@ impl Publisher {
                 Some(t) => t.elapsed() >= resync,
                 None => true,
             };
-            let due = woken || stale || published.as_ref() != Some(&gpus);
+            let policy = self.policy.current();
+            let now = (gpus, policy);
+            let due = woken || stale || published.as_ref() != Some(&now);
             if !due {
                 continue;
             }
-            match self.sync_gpus(&gpus).await {
+            let gpus = &now.0;
+            match self.sync_gpus(gpus).await {
                 Ok(p) => {
                     if p.changed() {
                         tracing::info!(
@@ -418,7 +432,7 @@ impl Publisher {
                             "published ResourceSlices"
                         );
                     }
-                    published = Some(gpus);
+                    published = Some(now);
                     last_ok = Some(Instant::now());
                     backoff = poll;
                 }

@@ -245,6 +245,31 @@ fn standin_api_publisher_reports_the_api_down_and_recovers() {
     assert_eq!(r.created.len(), 1);
 }
 
+/// `p` running (polling every 30 ms) until the sender is used.
+fn running(
+    e: &common::apienv::Env,
+    p: gpuslice_kubelet_plugin::publish::Publisher,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = e.rt.spawn(async move {
+        let wake = tokio::sync::Notify::new();
+        let stop = async {
+            let _ = rx.await;
+        };
+        p.run(
+            Duration::from_millis(30),
+            Duration::from_secs(600),
+            &wake,
+            stop,
+        )
+        .await
+    });
+    (tx, task)
+}
+
 /// GPUs a test can change while the publisher runs.
 struct Changing(Mutex<Result<Vec<Gpu>, String>>);
 
@@ -259,19 +284,7 @@ fn standin_api_publisher_run_follows_device_changes() {
     let e = env("run");
     let source = Arc::new(Changing(Mutex::new(Ok(gpus()))));
     let p = publisher(&e, source.clone());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = e.rt.spawn(async move {
-        let wake = tokio::sync::Notify::new();
-        p.run(
-            Duration::from_millis(30),
-            Duration::from_secs(600),
-            &wake,
-            async {
-                let _ = rx.await;
-            },
-        )
-        .await
-    });
+    let (tx, task) = running(&e, p);
     let devices = |s: &[ResourceSlice]| {
         s.first().map(|x| {
             (
@@ -593,4 +606,40 @@ fn standin_api_publisher_without_the_node_object_publishes_unowned_then_adopts()
     assert_eq!(owners[0].uid, NODE_UID);
     // And then it is left alone.
     assert!(!e.rt.block_on(p.sync()).unwrap().changed());
+}
+
+/// The running publisher follows the arbiter's `contexts.json`: when the arbiter measures its
+/// contexts again (here: eager module loading, 1 252 MiB on GPU 0), the pool is republished
+/// with that GPU's new reserves set aside, the other GPU's capacity unchanged.
+#[test]
+fn standin_api_publisher_run_follows_the_arbiters_context_measurement() {
+    use gpuslice_kubelet_plugin::policysource::PolicySource;
+    const MI: u64 = 1 << 20;
+    let e = env("contexts");
+    let state = e.dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let measure = |m0: u64| common::measure_contexts(&state, m0);
+    measure(518 * MI);
+    let config = gpuslice_api::config::AdmissionConfig::default();
+    let source = Arc::new(PolicySource::following(&config, &state));
+    let p = publisher(&e, Arc::new(StaticGpus(gpus()))).following(source);
+    let (tx, task) = running(&e, p);
+    let memory = |s: &[ResourceSlice]| -> Option<Vec<u64>> {
+        let devs = s.first()?.spec.devices.as_ref()?;
+        let caps = devs
+            .iter()
+            .map(|d| d.capacity.as_ref().map(|c| c["memory"].value.clone()));
+        caps.map(|q| q.and_then(|q| quantity::of(&q).ok()))
+            .collect()
+    };
+    let expect = |charge0: u64| Some(vec![80 * GI - 8 * charge0, 40 * GI - 8 * 556 * MI]);
+    wait_for(&e, "the first publication", |s| {
+        memory(s) == expect(774 * MI)
+    });
+    measure(1252 * MI);
+    wait_for(&e, "the new measurement published", |s| {
+        memory(s) == expect(1508 * MI)
+    });
+    tx.send(()).unwrap();
+    e.rt.block_on(task).unwrap();
 }

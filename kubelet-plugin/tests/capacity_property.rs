@@ -65,28 +65,26 @@ fn claims_the_consumable_capacity_rules_allow_are_admitted_and_no_others() {
             processes_per_slice: 1 + rng.below(2) as u32,
             ..AdmissionConfig::default()
         };
-        let measured = [300, 518, 1252][rng.below(3) as usize] * MI;
-        let (footprints, _) = resolve(
-            &[gpus()[0].info.clone()],
-            "580",
-            Ok(vec![(0, measured)]),
-            None,
-        );
+        // A mixed node: each GPU its own measured footprint, so its own charge (issue 32).
+        let infos: Vec<_> = gpus().into_iter().map(|g| g.info).collect();
+        let measured: Vec<(u32, u64)> = infos
+            .iter()
+            .map(|i| (i.index, [300, 518, 1252][rng.below(3) as usize] * MI))
+            .collect();
+        let (footprints, _) = resolve(&infos, "580", Ok(measured.clone()), None);
         let policy: Policy = policy_for(&config, &footprints);
-        assert_eq!(
-            policy.context_reserve,
-            config
-                .context_reserve
-                .0
-                .max(measured + config.module_allowance.0)
-        );
+        for (index, m) in &measured {
+            assert_eq!(
+                policy.charge_on(*index),
+                config.context_reserve.0.max(m + config.module_allowance.0)
+            );
+        }
         let publish = PublishPolicy {
             slices_per_gpu: 1 + rng.below(8) as u32,
         };
         let mut node = Node::new(&format!("prop{seed}"));
         node.policy = policy.clone();
         node.publish = publish;
-        let infos: Vec<_> = gpus().into_iter().map(|g| g.info).collect();
         *node.arbiter.admission.lock().unwrap() = Admission::new(infos.clone(), policy.clone());
         let driver = node.driver();
         let offers: Vec<_> = infos.iter().map(|i| offer(&policy, &publish, i)).collect();
@@ -167,7 +165,7 @@ fn claims_the_consumable_capacity_rules_allow_are_admitted_and_no_others() {
                 );
                 assert!(!driver.checkpoint().claims.contains_key(&uid), "{}", ctx());
                 // Over-committing the GPU itself: the arbiter, asked directly, refuses too.
-                let reserves = u64::from(u.count + 1) * policy.reserve();
+                let reserves = u64::from(u.count + 1) * policy.reserve_on(infos[d].index);
                 if u.memory + memory + reserves > infos[d].memory_total || u.compute + compute > 100
                 {
                     arbiter_refusals += 1;

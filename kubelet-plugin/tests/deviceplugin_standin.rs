@@ -407,3 +407,44 @@ async fn standin_kubelet_restart_wipes_the_directory_and_the_plugin_registers_ag
     k3.stop();
     node.stop().await;
 }
+
+/// The device plugin follows the arbiter's `contexts.json`: when the arbiter measures its
+/// contexts again, the next refresh recomputes each GPU's units with that GPU's own reserves
+/// (and every `ListAndWatch` stream sends the new list, as for any change of the units).
+#[test]
+fn units_follow_the_arbiters_context_measurement() {
+    use gpuslice_kubelet_plugin::policysource::PolicySource;
+    const MI: u64 = 1 << 20;
+    let state = std::env::temp_dir().join(format!("gs-dp-ctx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    let infos: Vec<_> = gpus().into_iter().map(|g| g.info).collect();
+    let measure = |m0: u64| common::measure_contexts(&state, m0);
+    measure(518 * MI);
+    let config = gpuslice_api::config::AdmissionConfig::default();
+    let source = Arc::new(PolicySource::following(&config, &state));
+    let policy = source.current();
+    let arbiter = Arc::new(FakeArbiter(Mutex::new(Admission::new(
+        infos.clone(),
+        policy.clone(),
+    ))));
+    let plugin = Plugin::new(
+        UnitPolicy {
+            unit: GI,
+            policy,
+            publish: PublishPolicy::default(),
+        },
+        Arc::new(StaticGpus(gpus())),
+        arbiter,
+    )
+    .following(source);
+    let units = |p: &Plugin| p.units().iter().map(|g| g.units).collect::<Vec<_>>();
+    // floor((80 GiB − 8 × 774 MiB) / 1 GiB), floor((40 GiB − 8 × 556 MiB) / 1 GiB).
+    assert_eq!(units(&plugin), [73, 35]);
+    assert!(!plugin.refresh(), "nothing changed");
+    measure(1252 * MI);
+    assert!(plugin.refresh(), "the new measurement changes the units");
+    // floor((80 GiB − 8 × 1 508 MiB) / 1 GiB); the A100's unchanged.
+    assert_eq!(units(&plugin), [68, 35]);
+    let _ = std::fs::remove_dir_all(&state);
+}

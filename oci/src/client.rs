@@ -197,10 +197,23 @@ impl Client {
         pid: Option<u32>,
         cgroup: Option<&str>,
     ) -> Result<BindResult, ClientError> {
+        self.bind_pod(slice_id, pid, cgroup, None)
+    }
+
+    /// [`Client::bind`], with the container's Kubernetes Pod when it has one (its metric
+    /// labels, for a slice admitted before the container existed).
+    pub fn bind_pod(
+        &mut self,
+        slice_id: &str,
+        pid: Option<u32>,
+        cgroup: Option<&str>,
+        pod: Option<gpuslice_api::PodRef>,
+    ) -> Result<BindResult, ClientError> {
         let request = Request::Bind {
             slice_id: slice_id.to_string(),
             pid,
             cgroup: cgroup.map(str::to_string),
+            pod,
         };
         let line = serde_json::to_vec(&RequestEnvelope::new(request))
             .map_err(|e| self.proto(e.to_string()))?;
@@ -266,7 +279,8 @@ mod tests {
             Request::Bind {
                 slice_id: "s".into(),
                 pid: Some(7),
-                cgroup: None
+                cgroup: None,
+                pod: None,
             }
         );
     }

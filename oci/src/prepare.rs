@@ -133,6 +133,7 @@ pub fn prepare_bundle(
         container_id: Some(container_id.to_string()),
         pid: None,
         cgroup: None,
+        pod: gpuslice_api::PodRef::from_annotations(&doc.annotations()),
     };
     let admitted = Client::connect(&settings.state_dir, settings.timeout)
         .and_then(|mut c| c.admit(&slice_id, request.clone(), owner));

@@ -530,6 +530,7 @@ fn delete_never_releases_a_slice_the_container_does_not_own() {
                 container_id: None,
                 pid: Some(std::process::id()),
                 cgroup: None,
+                pod: None,
             },
         });
     assert!(
@@ -604,4 +605,44 @@ fn help_and_version_answer_without_the_low_level_runtime() {
     let o = n.run(&n.dir, &["state", "c1"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no-such-runc"), "{}", stderr(&o));
+}
+
+/// A container that containerd's CRI plugin creates carries its Pod in the spec's annotations:
+/// the slice's owner holds namespace, Pod and container (the arbiter's metric labels), and a
+/// later bind keeps them.
+#[test]
+fn a_cri_containers_pod_is_recorded_with_its_slice() {
+    let n = Node::new("pod", true, "");
+    let b = n.bundle(
+        "b",
+        json!({
+            "gpuslice.io/memory": "1Gi",
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.sandbox-namespace": "ml",
+            "io.kubernetes.cri.sandbox-name": "trainer-7f9c",
+            "io.kubernetes.cri.container-name": "train",
+        }),
+        &[],
+    );
+    let pid_file = n.dir.join("init.pid");
+    std::fs::write(&pid_file, std::process::id().to_string()).unwrap();
+    let pf = pid_file.to_str().unwrap();
+    let o = n.run(&b, &["create", "--pid-file", pf, "c-pod"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let owner = owner_of(&n, "c-pod").expect("admitted");
+    assert_eq!(owner.pid, Some(std::process::id()), "bound");
+    let pod = owner.pod.expect("the Pod");
+    assert_eq!(
+        (
+            pod.namespace.as_str(),
+            pod.name.as_str(),
+            pod.container.as_str()
+        ),
+        ("ml", "trainer-7f9c", "train")
+    );
+    // Outside Kubernetes: none.
+    let b = n.bundle("plain", json!({"gpuslice.io/memory": "1Gi"}), &[]);
+    let o = n.run(&b, &["create", "c-plain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(owner_of(&n, "c-plain").expect("admitted").pod, None);
 }

@@ -7,7 +7,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpuslice_api::{BackstopAction, BackstopConfig, BackstopEvent, SliceStatus};
+use gpuslice_api::{BackstopAction, BackstopConfig, BackstopEvent, ProcessFootprint, SliceStatus};
 
 use crate::owner::{read_owner, OwnerIdentity};
 use crate::sched::SchedulerStatus;
@@ -54,10 +54,31 @@ pub struct HostProc {
     pub cgroups: Vec<String>,
 }
 
+/// What the interposer counted for one process of a slice on one device (its `usage` record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    /// Pid in the tenant's pid namespace (as the record carries it).
+    pub pid: u32,
+    /// Start time (clock ticks since boot).
+    pub start: u64,
+    /// Bytes of allocations: the record's bytes less the slice's context charge.
+    pub bytes: u64,
+}
+
 /// The host: process identity and the actions.
 pub trait Host: Send {
     /// `pid` now, or `None` when there is no such (live, non-zombie) process.
     fn process(&self, pid: u32) -> Option<HostProc>;
+    /// The pid host process `pid` has in its own pid namespace (the innermost of its `NSpid`;
+    /// the pid itself outside containers): what its usage record carries.
+    fn ns_pid(&self, pid: u32) -> Option<u32> {
+        Some(pid)
+    }
+    /// What the interposer counted for each process of slice `slice_id` on its device at
+    /// position `dev`; `None` when the slice's usage file cannot be read.
+    fn ledger(&self, _slice_id: &str, _dev: usize) -> Option<Vec<Counted>> {
+        None
+    }
     /// SIGKILL (`pid`, `start`) — only if the process with that pid still has that start time.
     fn kill(&mut self, pid: u32, start: u64) -> io::Result<()>;
     /// SIGSTOP (`pid`, `start`), the same way (freeze of a slice without a cgroup).
@@ -144,8 +165,13 @@ pub struct Backstop<G: GpuSource, H: Host> {
     ticks: u64,
     /// Sets of slices already warned about as indistinguishable (comma-joined ids).
     ambiguous: HashSet<String>,
-    /// The context reserve admission promised each slice beyond its cap.
+    /// The context reserve admission promised each slice beyond its cap, on a device without
+    /// its own in `device_reserves`.
     slice_reserve: u64,
+    /// Each device's own reserve per slice (NVML index → bytes): its contexts' charge.
+    device_reserves: HashMap<u32, u64>,
+    /// Each slice process's footprint at the last tick (NVML's figure less what was counted).
+    footprints: Vec<ProcessFootprint>,
 }
 
 fn gib(b: u64) -> String {
@@ -160,6 +186,26 @@ fn gib(b: u64) -> String {
     } else {
         format!("{} MiB", b.div_ceil(MI))
     }
+}
+
+/// What each of `targets` holds beyond what the interposer counted for it, for the message:
+/// `; pid 4121: NVML 8.51 GiB, counted 8 GiB, its own 520 MiB` (nothing when unknown).
+fn own_footprints(learned: &[ProcessFootprint], targets: &[(u32, u64)]) -> String {
+    let mut out = String::new();
+    for (pid, _) in targets {
+        let Some(f) = learned.iter().find(|f| f.pid == *pid) else {
+            continue;
+        };
+        if let (Some(c), Some(own)) = (f.counted, f.footprint) {
+            out.push_str(&format!(
+                "; pid {pid}: NVML {}, counted {}, its own {}",
+                gib(f.used),
+                gib(c),
+                gib(own)
+            ));
+        }
+    }
+    out
 }
 
 /// Ticks of history the lease check keeps at `period`: [`LEASE_SPAN`] of them, at least 4.
@@ -208,7 +254,42 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             ticks: 0,
             ambiguous: HashSet::new(),
             slice_reserve: 0,
+            device_reserves: HashMap::new(),
+            footprints: Vec::new(),
         }
+    }
+
+    /// Each slice process's own footprint as the last tick saw it (`docs/contexts.md`).
+    pub fn footprints(&self) -> &[ProcessFootprint] {
+        &self.footprints
+    }
+
+    /// The footprint of each of `list` — (host pid, start, NVML's bytes) of slice `s` on
+    /// device `dev` — against what the interposer counted for it.
+    fn learn(&self, s: &SliceStatus, dev: u32, list: &[(u32, u64, u64)]) -> Vec<ProcessFootprint> {
+        let ledger = s
+            .devices
+            .iter()
+            .position(|d| d.index == dev)
+            .and_then(|pos| self.host.ledger(&s.slice_id, pos));
+        list.iter()
+            .map(|&(pid, start, used)| {
+                let counted = ledger.as_ref().map(|l| {
+                    let ns = self.host.ns_pid(pid);
+                    l.iter()
+                        .find(|c| c.start == start && Some(c.pid) == ns)
+                        .map_or(0, |c| c.bytes)
+                });
+                ProcessFootprint {
+                    slice_id: s.slice_id.clone(),
+                    device: dev,
+                    pid,
+                    used,
+                    counted,
+                    footprint: counted.map(|c| used.saturating_sub(c)),
+                }
+            })
+            .collect()
     }
 
     /// Sets the context reserve admission promises each slice beyond its cap (the
@@ -218,10 +299,22 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
         self
     }
 
-    /// Device memory a slice's processes may hold together beyond its cap: the larger of
-    /// `context_allowance` and the reserve admission promised it.
-    fn slice_allowance(&self) -> u64 {
-        self.cfg.context_allowance.0.max(self.slice_reserve)
+    /// Sets the reserve admission promises each slice on device `index` (a mixed node: each
+    /// device's contexts cost what they cost there).
+    pub fn with_device_reserve(mut self, index: u32, reserve: u64) -> Self {
+        self.device_reserves.insert(index, reserve);
+        self
+    }
+
+    /// Device memory a slice's processes may hold together on device `dev` beyond its cap: the
+    /// larger of `context_allowance` and the reserve admission promised it there.
+    fn slice_allowance(&self, dev: u32) -> u64 {
+        let reserve = self
+            .device_reserves
+            .get(&dev)
+            .copied()
+            .unwrap_or(self.slice_reserve);
+        self.cfg.context_allowance.0.max(reserve)
     }
 
     /// The host (tests inspect what was done).
@@ -398,6 +491,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
         self.lease.retain(|k, _| judged.contains(k));
         let mut found = Vec::new();
         let mut over: HashSet<(String, u32, &'static str)> = HashSet::new();
+        self.footprints.clear();
         for (dev, procs, busy) in seen {
             // Memory.
             let mut by_slice: BTreeMap<usize, Vec<(u32, u64, u64)>> = BTreeMap::new();
@@ -411,6 +505,8 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             }
             for (&i, list) in &by_slice {
                 let s = &slices[i];
+                let learned = self.learn(s, dev, list);
+                self.footprints.extend(learned.iter().cloned());
                 let Some(cap) = s
                     .devices
                     .iter()
@@ -422,7 +518,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 let used: u64 = list.iter().map(|p| p.2).sum();
                 // What the slice was promised, however many processes it runs: the interposer
                 // charges every context under the same bound.
-                let allowance = self.slice_allowance();
+                let allowance = self.slice_allowance(dev);
                 let limit = cap.saturating_add(allowance);
                 if used <= limit {
                     continue;
@@ -440,17 +536,19 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                     targets.push((pid, start));
                     left = left.saturating_sub(u);
                 }
+                let detail = format!(
+                    "memory {} > cap {} + context allowance {}{}",
+                    gib(used),
+                    gib(cap),
+                    gib(allowance),
+                    own_footprints(&learned, &targets)
+                );
                 found.push(Violation {
                     slice: i,
                     device: dev,
                     kind: "memory",
                     targets,
-                    detail: format!(
-                        "memory {} > cap {} + context allowance {}",
-                        gib(used),
-                        gib(cap),
-                        gib(allowance)
-                    ),
+                    detail,
                 });
             }
             // Lease.

@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-use super::engine::{Host, HostProc};
+use super::engine::{Counted, Host, HostProc};
 
 /// The real host: `/proc`, pidfds, the cgroup freezer.
 #[derive(Clone, Debug)]
@@ -15,6 +15,8 @@ pub struct RealHost {
     pub proc_root: PathBuf,
     /// The cgroup mount (`/sys/fs/cgroup`).
     pub cgroup_root: PathBuf,
+    /// The arbiter's state directory (slice `usage` files; `None`: nothing counted is known).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for RealHost {
@@ -22,6 +24,7 @@ impl Default for RealHost {
         RealHost {
             proc_root: PathBuf::from("/proc"),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            state_dir: None,
         }
     }
 }
@@ -99,6 +102,15 @@ impl Host for RealHost {
         })
     }
 
+    fn ns_pid(&self, pid: u32) -> Option<u32> {
+        super::ledger::ns_pid(&self.proc_root, pid)
+    }
+
+    fn ledger(&self, slice_id: &str, dev: usize) -> Option<Vec<Counted>> {
+        let dir = self.state_dir.as_ref()?.join(slice_id);
+        super::ledger::allocations(&dir, dev)
+    }
+
     fn kill(&mut self, pid: u32, start: u64) -> io::Result<()> {
         self.signal(pid, start, libc::SIGKILL)
     }
@@ -146,6 +158,7 @@ mod tests {
         let mut h = RealHost {
             proc_root: PathBuf::from("/proc"),
             cgroup_root: dir.clone(),
+            state_dir: None,
         };
         assert_eq!(
             h.freeze("/a/../../etc").unwrap_err().kind(),

@@ -25,6 +25,7 @@
 
 mod engine;
 mod host;
+mod ledger;
 mod nvml;
 
 use std::path::Path;
@@ -33,7 +34,7 @@ use std::time::Duration;
 
 use gpuslice_api::{BackstopConfig, SliceStatus};
 
-pub use engine::{Backstop, GpuProcess, GpuSource, Host, HostProc};
+pub use engine::{Backstop, Counted, GpuProcess, GpuSource, Host, HostProc};
 pub use host::RealHost;
 pub use nvml::NvmlSource;
 
@@ -49,14 +50,23 @@ pub fn spawn(
 ) -> Result<std::thread::JoinHandle<()>, String> {
     let gpu = NvmlSource::open(nvml_library)?;
     let period = cfg.period.max(Duration::from_millis(10));
-    let reserve = state
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .admission()
-        .policy()
-        .reserve();
-    let mut b = Backstop::new(cfg, gpu, RealHost::default(), Some(state_dir.to_path_buf()))
-        .with_slice_reserve(reserve);
+    let host = RealHost {
+        state_dir: Some(state_dir.to_path_buf()),
+        ..RealHost::default()
+    };
+    let mut b = Backstop::new(cfg, gpu, host, Some(state_dir.to_path_buf()));
+    {
+        let st = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let policy = st.admission().policy();
+        b = b.with_slice_reserve(
+            policy
+                .context_reserve
+                .saturating_mul(u64::from(policy.processes_per_slice)),
+        );
+        for d in st.admission().status().devices {
+            b = b.with_device_reserve(d.index, policy.reserve_on(d.index));
+        }
+    }
     std::thread::Builder::new()
         .name("backstop".into())
         .spawn(move || loop {
@@ -66,11 +76,13 @@ pub fn spawn(
                 (slices, st.scheduler().cloned())
             };
             let events = b.tick_with(&slices, || sched.map(|s| s.status()));
+            let st = state.lock().unwrap_or_else(PoisonError::into_inner);
             if !events.is_empty() {
-                let st = state.lock().unwrap_or_else(PoisonError::into_inner);
                 st.events()
                     .record_backstop(&events, |id| st.admission().slice(id).is_some());
             }
+            st.events().set_footprints(b.footprints().to_vec());
+            drop(st);
             std::thread::sleep(period);
         })
         .map_err(|e| e.to_string())

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
-use gpuslice_api::{BackstopEvent, ErrorCode};
+use gpuslice_api::{BackstopEvent, ErrorCode, ProcessFootprint};
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -41,6 +41,8 @@ pub struct Events {
     backstop_by_slice: Family<Labels, Counter>,
     backstop: Family<Labels, Counter>,
     history: Mutex<BTreeMap<String, VecDeque<BackstopEvent>>>,
+    /// Each slice process's own footprint from the backstop's last check.
+    footprints: Mutex<Vec<ProcessFootprint>>,
 }
 
 impl Default for Events {
@@ -105,6 +107,7 @@ impl Events {
             ),
             registry: reg,
             history: Mutex::default(),
+            footprints: Mutex::default(),
         }
     }
 
@@ -164,6 +167,23 @@ impl Events {
         let mut out: Vec<BackstopEvent> = h.values().flatten().cloned().collect();
         out.sort_by_key(|e| e.at_ms);
         out
+    }
+
+    /// The slice processes' footprints the backstop found at its last check.
+    pub fn set_footprints(&self, list: Vec<ProcessFootprint>) {
+        *self
+            .footprints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = list;
+    }
+
+    /// The footprints of the processes of admitted slices (`live`), from the last check.
+    pub fn footprints(&self, live: impl Fn(&str) -> bool) -> Vec<ProcessFootprint> {
+        let f = self
+            .footprints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f.iter().filter(|p| live(&p.slice_id)).cloned().collect()
     }
 
     /// Drops the per-slice series and history of `slice` (released).

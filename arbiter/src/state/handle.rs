@@ -141,9 +141,10 @@ impl State {
                 slice_id,
                 pid,
                 cgroup,
+                pod,
             } => {
                 let mut next = self.admission.clone();
-                let rec = match next.bind(&slice_id, pid, cgroup) {
+                let rec = match next.bind(&slice_id, pid, cgroup, pod) {
                     Ok(rec) => rec,
                     Err(e) => return error(e.code(), e.to_string()),
                 };
@@ -163,6 +164,9 @@ impl State {
                     crate::sched::fill_shares(&mut status, &sched.status());
                 }
                 status.backstop = self.events.recent_backstop();
+                status.processes = self
+                    .events
+                    .footprints(|id| self.admission.slice(id).is_some());
                 let policy = self.admission.policy();
                 for d in &mut status.devices {
                     d.context = crate::contexts::status_of(&self.contexts, d.index, policy);

@@ -110,7 +110,7 @@ impl State {
         };
         let dir = self.store.slice_dir(&rec.slice_id);
         let p = self.admission.policy();
-        crate::slices::create(&dir, rec, (p.context_reserve, p.reserve()))
+        crate::slices::create(&dir, rec, |index| (p.charge_on(index), p.reserve_on(index)))
             .map_err(|e| e.to_string())?;
         let params = crate::sched::params_of(&rec.request);
         for (entry, d) in rec.devices.iter().enumerate() {

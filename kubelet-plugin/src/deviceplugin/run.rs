@@ -36,6 +36,8 @@ pub struct Node {
     pub gpus: Arc<dyn GpuSource>,
     /// The arbiter's admission policy (node configuration).
     pub policy: Policy,
+    /// Where it is followed from as the arbiter measures its contexts again (`None`: fixed).
+    pub source: Option<Arc<crate::policysource::PolicySource>>,
     /// `--slices-per-gpu`.
     pub publish: PublishPolicy,
     /// The arbiter's state directory.
@@ -63,11 +65,15 @@ pub fn run(args: &Args, node: Node) -> Result<()> {
         policy: node.policy,
         publish: node.publish,
     };
-    let plugin = Arc::new(Plugin::new(
+    let mut plugin = Plugin::new(
         policy,
         node.gpus,
         Arc::new(SocketSlices::new(&node.state_dir, node.arbiter_timeout)),
-    ));
+    );
+    if let Some(source) = node.source {
+        plugin = plugin.following(source);
+    }
+    let plugin = Arc::new(plugin);
     if plugin.units().iter().all(|g| g.units == 0) {
         anyhow::bail!(
             "{RESOURCE}: no GPU of this node offers a whole unit of {unit_text} ({:?})",

@@ -2,6 +2,7 @@
 //! (refreshed by [`Plugin::refresh`] from NVML and the arbiter), `ListAndWatch` streaming every
 //! change, `GetPreferredAllocation` / `Allocate` from [`super::place`].
 
+use crate::policysource::PolicySource;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -57,7 +58,9 @@ impl NodeSlices for SocketSlices {
 
 /// The plugin's state.
 pub struct Plugin {
-    policy: UnitPolicy,
+    policy: std::sync::Mutex<UnitPolicy>,
+    /// Where the arbiter's policy comes from when it is followed ([`Plugin::following`]).
+    source: Option<Arc<PolicySource>>,
     gpus: Arc<dyn GpuSource>,
     slices: Arc<dyn NodeSlices>,
     units: watch::Sender<Vec<GpuUnits>>,
@@ -67,7 +70,8 @@ impl Plugin {
     /// A plugin with its first inventory taken.
     pub fn new(policy: UnitPolicy, gpus: Arc<dyn GpuSource>, slices: Arc<dyn NodeSlices>) -> Self {
         let p = Plugin {
-            policy,
+            policy: std::sync::Mutex::new(policy),
+            source: None,
             gpus,
             slices,
             units: watch::Sender::new(Vec::new()),
@@ -76,9 +80,29 @@ impl Plugin {
         p
     }
 
+    /// This plugin computing units with the arbiter's policy as `source` has it at each
+    /// refresh: when the arbiter measures its contexts again, the units follow.
+    pub fn following(mut self, source: Arc<PolicySource>) -> Self {
+        self.source = Some(source);
+        self.refresh();
+        self
+    }
+
+    /// The unit policy now (the admission policy taken from the source, when followed).
+    fn unit_policy(&self) -> UnitPolicy {
+        let mut p = self
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(src) = &self.source {
+            p.policy = src.current();
+        }
+        p.clone()
+    }
+
     /// Bytes per unit.
     pub fn unit(&self) -> u64 {
-        self.policy.unit
+        self.unit_policy().unit
     }
 
     /// The units as last computed.
@@ -94,7 +118,7 @@ impl Plugin {
             Ok(gpus) => {
                 let st = self.slices.status();
                 inventory(
-                    &self.policy,
+                    &self.unit_policy(),
                     &gpus,
                     &previous,
                     st.as_ref().map_err(String::as_str),

@@ -195,7 +195,7 @@ fn available(p: &UnitPolicy, g: &mut GpuUnits, st: &NodeStatus) -> u32 {
     } else {
         dev.memory_total
             .saturating_sub(dev.memory_committed)
-            .saturating_sub((slots - n) * p.policy.reserve())
+            .saturating_sub((slots - n) * p.policy.reserve_on(dev.index))
             / p.unit
     };
     let avail = u32::try_from((plugin_units + usable).min(u64::from(g.units))).unwrap_or(g.units);

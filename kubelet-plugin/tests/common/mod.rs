@@ -317,3 +317,12 @@ pub fn assert_no_capabilities(pid: u32) -> bool {
     assert_eq!(field("NoNewPrivs:"), "1");
     true
 }
+
+/// Writes the arbiter's `contexts.json` into `state` as if it had measured a context of `m0`
+/// bytes on GPU 0 and 300 MiB on GPU 1 of [`gpus`].
+pub fn measure_contexts(state: &std::path::Path, m0: u64) {
+    let infos: Vec<DeviceInfo> = gpus().into_iter().map(|g| g.info).collect();
+    let (list, _) =
+        gpuslice_arbiter::contexts::resolve(&infos, "580", Ok(vec![(0, m0), (1, 300 << 20)]), None);
+    gpuslice_arbiter::contexts::save(state, &list).expect("contexts.json");
+}

@@ -60,6 +60,15 @@ fn an_honest_process_at_its_cap_is_never_killed() {
         n.spawn_owner("a", "\"memory\":\"1Gi\"", &w, &args),
     )];
     ts[0].1.send("go").expect("start the tenant");
+    // The backstop learns the process's own footprint while it holds its cap: NVML's figure
+    // less the 1 GiB the interposer counted is its context (518 MiB) and module (64 MiB).
+    let mut last = serde_json::Value::Null;
+    let learned = gpuslice_reliability::node::wait_until(Duration::from_secs(60), || {
+        last = n.status()["processes"].clone();
+        last[0]["footprint"].as_u64() == Some(582 << 20)
+    });
+    assert!(learned.is_some(), "footprints in the status reply: {last}");
+    assert_eq!(last[0]["counted"].as_u64(), Some(1 << 30), "{last}");
     assert_all_ran_unjudged(&n, &mut ts);
 }
 
@@ -137,4 +146,72 @@ fn contexts_that_do_not_fit_are_refused_not_killed() {
     let log = n.log();
     let judged: Vec<_> = log.lines().filter(|l| l.contains("backstop:")).collect();
     assert!(judged.is_empty(), "{}", judged.join("\n"));
+}
+
+/// A node with two kinds of GPU whose contexts cost differently (518 MiB and 300 MiB): each
+/// device is charged its own footprint plus the module allowance (774 MiB and 556 MiB), in the
+/// status reply, in admission's commitment, and in what the interposer charges a process there;
+/// an honest process at its cap on the smaller device is not judged, and its own footprint is
+/// that device's context and module (300 + 64 MiB).
+#[test]
+fn each_device_is_charged_its_own_context() {
+    const MI: u64 = 1 << 20;
+    let mixed =
+        format!("{REAL_COSTS};name=Small GPU 4G,mem=4Gi,sms=8,cc=8.0,ctx=300Mi,module=64Mi");
+    let n = Node::start_with(
+        "mixed",
+        NodeConfig {
+            devices: mixed,
+            ctx_overhead: "518Mi".into(),
+            admission: "[backstop]\nmemory_action = \"kill\"\nlease_action = \"kill\"\n".into(),
+        },
+    )
+    .expect("node");
+    // The runtime shows a container only its slice's devices; here, the environment does.
+    let w = profile_dir().join("gpuslice-workload");
+    let w = w.to_str().expect("path");
+    let args = [
+        "CUDA_VISIBLE_DEVICES=1",
+        w,
+        "--via",
+        "dlsym",
+        "--hold",
+        "1Gi",
+        "saturate",
+    ];
+    let args = [&args[..], &["--kernel-us", "1000", "--seconds", "4"]].concat();
+    let request = "\"memory\":\"1Gi\",\"devices\":{\"list\":[{\"index\":1}]}";
+    let env = std::path::Path::new("/usr/bin/env");
+    let mut ts = vec![(
+        "small".to_string(),
+        n.spawn_owner("small", request, env, &args),
+    )];
+    let st = n.status();
+    let charges: Vec<(Option<u64>, Option<u64>)> = (0..2)
+        .map(|d| {
+            let c = &st["devices"][d]["context"];
+            (c["footprint"].as_u64(), c["charge"].as_u64())
+        })
+        .collect();
+    assert_eq!(
+        charges,
+        [
+            (Some(518 * MI), Some(774 * MI)),
+            (Some(300 * MI), Some(556 * MI))
+        ],
+        "{st}"
+    );
+    let committed = st["devices"][1]["memory_committed"].as_u64();
+    assert_eq!(committed, Some(1024 * MI + 556 * MI), "{st}");
+    ts[0].1.send("go").expect("start the tenant");
+    let mut last = serde_json::Value::Null;
+    let learned = gpuslice_reliability::node::wait_until(Duration::from_secs(60), || {
+        last = n.status()["processes"].clone();
+        last[0]["footprint"].as_u64() == Some(364 * MI)
+    });
+    assert!(learned.is_some(), "footprints in the status reply: {last}");
+    assert_eq!(last[0]["device"].as_u64(), Some(1), "{last}");
+    // The interposer charged this device's 556 MiB for the context beside the 1 GiB.
+    assert_eq!(n.slice_total_raw("small"), 1024 * MI + 556 * MI);
+    assert_all_ran_unjudged(&n, &mut ts);
 }
