@@ -39,7 +39,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Give up waiting for a grant after this long (the arbiter is gone): the gate opens.
@@ -123,6 +123,8 @@ struct Timing {
 struct Queued {
     /// The event recorded after it.
     ev: usize,
+    /// The stream it was launched on (one wait covers the older launches of its stream).
+    stream: usize,
     /// The grant it was recorded under.
     grant: u32,
     /// When it started on the device, as far as this process can tell: the later of its
@@ -152,6 +154,29 @@ type Gate<'a> = gpuslice_region::lease::gate::Gate<'a, AtomicU32, AtomicU64>;
 static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
 static FAILED_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// The gate half of each entry, built once per process: the slice's mappings live as long.
+static GATES: [OnceLock<Gate<'static>>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+
+/// The gate half of entry `e` (one atomic load once built; `None` beyond the files' slots).
+#[inline(always)]
+fn gate_of(g: &'static crate::state::MemoryGate, e: usize) -> Option<&'static Gate<'static>> {
+    let cell = GATES.get(e)?;
+    match cell.get() {
+        Some(gate) => Some(gate),
+        None => init_gate(g, e, cell),
+    }
+}
+
+#[cold]
+fn init_gate(
+    g: &'static crate::state::MemoryGate,
+    e: usize,
+    cell: &'static OnceLock<Gate<'static>>,
+) -> Option<&'static Gate<'static>> {
+    let gate = g.slice.gate(e)?;
+    Some(cell.get_or_init(|| gate))
+}
 
 /// The slice entry of the launching thread's device.
 #[inline(always)]
@@ -184,7 +209,7 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option
     let Some(e) = entry_of(g) else {
         return Ok(None);
     };
-    let Some(gate) = g.slice.gate(e) else {
+    let Some(gate) = gate_of(g, e) else {
         return Ok(None);
     };
     // The queue bound may block for a kernel; it comes before the lease check so that a
@@ -215,9 +240,9 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option
             // gate thread then stores the grant's `seen`, which a later registration would
             // overwrite).
             // (A launch on a pass always goes: `w` is not held.)
-            held_slow(&gate, e, w, stream as usize, pass);
+            held_slow(gate, e, w, stream as usize, pass);
             if counted {
-                mark_busy(&gate, e, pass);
+                mark_busy(gate, e, pass);
             }
             // Announced once the kernel is queued ([`after_launch`]): the announcement wakes
             // the real-time arbiter, which may take this thread's CPU, and on a busy host
@@ -225,25 +250,25 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option
             PASSED.set(pass);
             return Ok(counted.then_some(e));
         }
-        w = wait_for_lease(&gate, e, counted);
+        w = wait_for_lease(gate, e, counted);
     }
     if w & LEASE_UNGATED != 0 {
         return Ok(counted.then_some(e));
     }
     let s = stream as usize;
     while LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
-        if held_slow(&gate, e, w, s, gate.grant()) {
+        if held_slow(gate, e, w, s, gate.grant()) {
             break;
         }
         // Revoked while this thread registered: the gate thread drains that registration;
         // this launch waits for the next grant.
-        w = wait_for_lease(&gate, e, counted);
+        w = wait_for_lease(gate, e, counted);
         if w & LEASE_UNGATED != 0 {
             return Ok(counted.then_some(e));
         }
     }
     if counted {
-        mark_busy(&gate, e, gate.grant());
+        mark_busy(gate, e, gate.grant());
     }
     Ok(counted.then_some(e))
 }
@@ -269,7 +294,7 @@ fn after_pass(counted: Option<usize>) {
     let Some(e) = counted.or_else(|| entry_of(g)) else {
         return;
     };
-    if let Some(gate) = g.slice.gate(e) {
+    if let Some(gate) = gate_of(g, e) {
         if gate.announce_pass(&ENTRIES[e].lease, pass) {
             futex_wake(gate.usage.demand_addr());
         }
@@ -443,7 +468,7 @@ extern "C" fn after_fork_child() {
 extern "C" fn at_exit() {
     let Some(g) = memory_gate() else { return };
     for (e, ent) in ENTRIES.iter().enumerate() {
-        let Some(gate) = g.slice.gate(e) else {
+        let Some(gate) = gate_of(g, e) else {
             continue;
         };
         let left = gate.exit(&ent.lease);
@@ -496,7 +521,7 @@ fn gate_thread(e: usize, ctx: usize) {
             "the launch gate's thread could not enter the relaxed stream-capture mode"
         );
     }
-    let Some(gate) = memory_gate().and_then(|g| g.slice.gate(e)) else {
+    let Some(gate) = memory_gate().and_then(|g| gate_of(g, e)) else {
         return;
     };
     let ent = &ENTRIES[e];
@@ -519,7 +544,7 @@ fn gate_thread(e: usize, ctx: usize) {
                         unsafe { sync(ev as CUevent) };
                     }
                 }
-                leave_near(&gate, e, grant);
+                leave_near(gate, e, grant);
             }
             let mine: Vec<(u32, usize, usize)> = match ent.streams.lock() {
                 Ok(mut v) => {
@@ -543,7 +568,7 @@ fn gate_thread(e: usize, ctx: usize) {
         if held(w) && gate.max_queue() > 0 {
             let grant = gate.grant();
             if grant != 0 && ent.lease.busy_under(grant) {
-                watch_quiet(&gate, e, grant);
+                watch_quiet(gate, e, grant);
                 continue;
             }
             // Quiet: sleep until the next launch raises `busy` (and wakes it) or the lease
@@ -689,22 +714,66 @@ fn drain(stream: usize, ctx: usize) {
 
 /// Waits until fewer launches than the bound are queued: the bound is [`QUEUED_NS`] of device
 /// time over the typical length of this process's launches, between 1 and `max` (the arbiter's
-/// `max_queue`), [`UNKNOWN_BOUND`] while no length is known yet.
+/// `max_queue`), [`UNKNOWN_BOUND`] while no length is known yet. Once the bound is reached it
+/// waits the queue down to [`refill_from`] in one wait (one `cuEventSynchronize` and one
+/// capture-mode exchange per half a bound of launches, not per launch), when the launches it
+/// retires were all made on one stream (events of one stream complete in order); across
+/// streams, one launch at a time.
 fn bound_queue(e: usize, max: usize) {
     let bound = queue_bound(e, max);
+    let keep = refill_from(bound);
     loop {
-        let oldest = match ENTRIES[e].events.lock() {
-            Ok(mut q) if q.len() >= bound => q.pop_front(),
+        let target = match ENTRIES[e].events.lock() {
+            Ok(q) if q.len() >= bound => {
+                let newest = q.len() - 1 - keep;
+                let t = q.get(newest).map(|t| (t.ev, t.stream));
+                t.map(|(ev, st)| {
+                    let one_stream = q.iter().take(newest).all(|x| x.stream == st);
+                    // Across streams: the oldest alone.
+                    if one_stream {
+                        ev
+                    } else {
+                        q.front().map_or(ev, |f| f.ev)
+                    }
+                })
+            }
             _ => None,
         };
-        let Some(x) = oldest else { return };
+        let Some(ev) = target else { return };
         if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize) {
-            // SAFETY: `x.ev` is a live event this process created and recorded (never on a
-            // capturing stream).
-            crate::capture::relaxed(|| unsafe { sync(x.ev as CUevent) });
+            // SAFETY: `ev` is a live event this process created and recorded (never on a
+            // capturing stream; recycled, never destroyed once recorded).
+            crate::capture::relaxed(|| unsafe { sync(ev as CUevent) });
         }
-        started_by(e, Instant::now());
+        retire_through(e, ev);
+    }
+}
+
+/// The launches a process keeps queued after a queue-bound wait: half the bound (all but one
+/// below 3, as before the wait went down to half).
+fn refill_from(bound: usize) -> usize {
+    if bound <= 2 {
+        bound.saturating_sub(1)
+    } else {
+        bound / 2
+    }
+}
+
+/// Retires the queued launches up to the one whose event `ev` completed (the oldest first; not
+/// if another thread retired it meanwhile): each is learnt from, and the oldest left started
+/// by now.
+fn retire_through(e: usize, ev: usize) {
+    let Ok(mut q) = ENTRIES[e].events.lock() else {
+        return;
+    };
+    let Some(n) = q.iter().position(|x| x.ev == ev) else {
+        return;
+    };
+    for x in q.drain(..=n) {
         completed(e, x.ev, x.grant);
+    }
+    if let Some(f) = q.front_mut() {
+        f.start = f.start.max(Instant::now());
     }
 }
 
@@ -806,16 +875,6 @@ fn retire(e: usize, f: Queued, ended_by: Instant) {
     }
 }
 
-/// The launch before the oldest queued one was seen complete `at` (or is known to have ended
-/// by then): the oldest started no earlier than its own launch and no later than that.
-fn started_by(e: usize, at: Instant) {
-    if let Ok(mut q) = ENTRIES[e].events.lock() {
-        if let Some(f) = q.front_mut() {
-            f.start = f.start.max(at);
-        }
-    }
-}
-
 /// The typical device time of one launch of entry `e` (median of the recent intervals), ns;
 /// `None` while fewer than two are known.
 fn launch_ns(e: usize) -> Option<u64> {
@@ -883,6 +942,13 @@ fn elapsed_ns(a: usize, b: usize) -> Option<u64> {
     Some((f64::from(ms) * 1e6) as u64)
 }
 
+/// A start time for launches that are not paced (read once per process): pace treats such a
+/// launch as long started, which only lets one launch go at once if pacing begins later.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// Records a queue-bound event after a launch on `stream`.
 fn record_bound_event(e: usize, stream: CUstream) {
     let (Some(create), Some(record)) = (
@@ -911,14 +977,18 @@ fn record_bound_event(e: usize, stream: CUstream) {
         }
         return;
     }
-    let grant = memory_gate()
-        .and_then(|g| g.slice.gate(e))
-        .map_or(0, |gate| gate.grant());
+    let (grant, pacing) = memory_gate()
+        .and_then(|g| gate_of(g, e))
+        .map_or((0, false), |gate| (gate.grant(), gate.ahead_us() > 0));
+    // The host clock only where [`pace`] uses it (beside a high-priority slice): a clock read
+    // per launch otherwise.
+    let start = if pacing { Instant::now() } else { epoch() };
     if let Ok(mut q) = ENTRIES[e].events.lock() {
         q.push_back(Queued {
             ev: ev as usize,
+            stream: stream as usize,
             grant,
-            start: Instant::now(),
+            start,
         });
     }
 }

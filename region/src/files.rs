@@ -354,6 +354,7 @@ impl Lease {
             .map_or(0, |s| s.grant.load(Acquire))
     }
     /// The lease-protocol words of device `dev`'s slot (`crate::lease`; read only here).
+    #[inline]
     pub fn slot(&self, dev: usize) -> Option<SlotWords<'_, AtomicU32>> {
         self.map.get().devices.get(dev).map(slot_words)
     }
@@ -381,6 +382,7 @@ impl LeaseWriter {
         })
     }
     /// The lease-protocol words of device `dev`'s slot (`crate::lease::sched` writes them).
+    #[inline]
     pub fn slot(&self, dev: usize) -> Option<SlotWords<'_, AtomicU32>> {
         self.map.get().devices.get(dev).map(slot_words)
     }
@@ -409,6 +411,7 @@ impl LeaseWriter {
 /// The launch gate's words in `usage` for one device (tenant side, writable mapping only).
 pub type GateWords<'a> = UsageWords<'a, AtomicU32, AtomicU64>;
 
+#[inline]
 fn slot_words(s: &LeaseSlot) -> SlotWords<'_, AtomicU32> {
     SlotWords {
         word: &s.word,
@@ -419,6 +422,7 @@ fn slot_words(s: &LeaseSlot) -> SlotWords<'_, AtomicU32> {
     }
 }
 
+#[inline]
 fn usage_words(d: &DeviceUsage) -> GateWords<'_> {
     UsageWords {
         demand: &d.demand,
@@ -610,6 +614,7 @@ impl Usage {
 
     /// The launch gate's words of device `dev` (`None` on a read-only mapping or beyond
     /// [`MAX_DEVICES`]).
+    #[inline]
     pub fn gate_words(&self, dev: usize) -> Option<GateWords<'_>> {
         if !self.map.writable() {
             return None;
@@ -619,6 +624,7 @@ impl Usage {
 
     /// The lease-protocol words of device `dev`, on any mapping (the scheduler reads them
     /// through `crate::lease::sched`; `None` beyond [`MAX_DEVICES`]).
+    #[inline]
     pub fn lease_words(&self, dev: usize) -> Option<GateWords<'_>> {
         self.map.get().devices.get(dev).map(usage_words)
     }
@@ -739,6 +745,7 @@ impl Slice {
 
     /// The launch gate's half of the lease protocol on device `dev` (`None` beyond the
     /// files' slots).
+    #[inline]
     pub fn gate(&self, dev: usize) -> Option<Gate<'_, AtomicU32, AtomicU64>> {
         Some(Gate::new(
             self.lease.slot(dev)?,
