@@ -33,7 +33,7 @@ use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
 use gpuslice_region::futex;
 use gpuslice_region::layout::{LEASE_UNGATED, LIMITS_FLAG_LEASED, MAX_DEVICES};
-use gpuslice_region::lease::gate::Proc;
+use gpuslice_region::lease::gate::{asks_capture, Proc};
 use gpuslice_region::lease::{held, may_launch};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -217,7 +217,7 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option
     // lease, uncharged, after this slice's drain was reported). A thread waiting there is
     // about to launch: it counts as launching, so its process is not reported quiet.
     let mq = gate.max_queue();
-    if (mq > 0 || !may_launch(gate.word())) && crate::capture::capturing(stream, per_thread) {
+    if asks_capture(mq, gate.word()) && crate::capture::capturing(stream, per_thread) {
         return Ok(None);
     }
     let counted = mq > 0;

@@ -5,8 +5,9 @@
 //! (`passed`, `demand`) and leaving at exit — with the per-process state ([`Proc`]) that
 //! makes each of those happen once per grant. The interposer's `gate.rs` adds the driver
 //! events, the futex waits and wakes ([`Gate`]'s methods say when a wake is due) and the
-//! stream-capture rules: a launch into a capturing stream never reaches this half (it does
-//! not run, so it is not registered, bounded or counted busy).
+//! driver call that asks whether a stream captures; when to ask is this half's rule
+//! ([`asks_capture`]), and a launch into a capturing stream never reaches the rest of it (it
+//! does not run, so it is not registered, bounded or counted busy).
 
 use super::{count, enter, held, leave, may_launch, Half};
 use crate::atomics::{Word32, Word64};
@@ -103,6 +104,16 @@ impl<W32: Word32, W64: Word64> Proc<W32, W64> {
     pub fn registered(&self) -> u32 {
         self.registered.get(Acquire)
     }
+}
+
+/// The capture rule of the gate's half: whether a launch must first be asked if its stream
+/// captures (a captured launch does not run, so it is never waited, bounded, paced, registered
+/// or counted busy: it goes straight to the driver). Asked only when the gate would do more
+/// than load the lease word — the queue is bounded (`max_queue`, the device is shared) or the
+/// lease word `w` does not let the launch through — so the fast path makes no driver call.
+#[inline(always)]
+pub const fn asks_capture(max_queue: u32, w: u32) -> bool {
+    max_queue > 0 || !may_launch(w)
 }
 
 /// What leaving at exit changed: the wakes due.
@@ -346,5 +357,22 @@ impl<W32: Word32, W64: Word64> Half<'_, W32, W64, GateSide> {
             busy: busy != 0,
             pending: reported,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asks_capture;
+    use crate::layout::{LEASE_GENERATION_ONE, LEASE_HELD, LEASE_UNGATED};
+
+    #[test]
+    fn capture_is_asked_only_off_the_fast_path() {
+        let held = LEASE_GENERATION_ONE | LEASE_HELD;
+        // Alone, held (or ungated): the fast path, no driver call.
+        assert!(!asks_capture(0, held));
+        assert!(!asks_capture(0, LEASE_UNGATED));
+        // Shared (bounded), or not held (the launch would wait): asked.
+        assert!(asks_capture(8, held));
+        assert!(asks_capture(0, LEASE_GENERATION_ONE));
     }
 }
