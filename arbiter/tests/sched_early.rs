@@ -4,59 +4,55 @@
 //! on, so the overlap is charged once.
 
 use gpuslice_arbiter::sched::{Params, Scheduler};
-use gpuslice_region::layout::LEASE_HELD;
+use gpuslice_region::lease::gate::Proc;
+use gpuslice_region::lease::held;
 use gpuslice_region::{Lease, Usage};
 use std::path::Path;
-use std::sync::atomic::Ordering::AcqRel;
 use std::time::{Duration, Instant};
 
 mod gate_words;
-use gate_words::{futex, slice_dir};
+use gate_words::{futex, gate, slice_dir, wake};
 
-// The gate's half of the lease protocol, as the interposer runs it.
-use gpuslice_region::lease::{enter as add, leave as sub};
-
-/// Waits for the lease, registers under its grant, "launches" until revoked, then reports
-/// `near` at once and the drain `last_kernel` later. Returns (first grant seen, drain reported).
+/// Through the region's gate half, as the interposer runs it: waits for the lease, registers
+/// under its grant, "launches" until revoked, then reports `near` at once and the drain
+/// `last_kernel` later. Returns (first grant seen, drain reported).
 fn one_lease(dir: &Path, last_kernel: Duration) -> (Instant, Instant) {
-    let lease = Lease::open(dir).unwrap();
-    let usage = Usage::open(dir, 1).unwrap();
-    let w = lease.word(0).unwrap();
-    let g = usage.gate_words(0).unwrap();
-    let pending = g.pending.as_ptr().cast::<u32>();
-    loop {
-        let word = w.load();
-        if word & LEASE_HELD != 0 {
-            break;
+    let (lease, usage) = (Lease::open(dir).unwrap(), Usage::open(dir, 1).unwrap());
+    let gate = gate(&lease, &usage);
+    let p = Proc::new();
+    let mut word = gate.word();
+    if !held(word) {
+        if gate.wait_begins(&p, false) {
+            wake(gate.usage.demand_addr());
         }
-        if g.demand.fetch_add(1, AcqRel) == 0 {
-            futex(g.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
+        while !held(word) {
+            futex(gate.slot.word_addr(), libc::FUTEX_WAIT, word, 20);
+            word = gate.word();
         }
-        futex(w.as_ptr(), libc::FUTEX_WAIT, word, 20);
-        g.demand.fetch_sub(1, AcqRel);
+        gate.wait_ends(&p, false);
     }
     let granted = Instant::now();
-    let grant = lease.grant(0);
-    add(g.near, grant);
-    add(g.pending, grant);
+    let grant = gate.grant();
+    gate.register(&p, word, grant);
     // Busy (launching) until revoked, for at most 200 ms (then idle: the arbiter takes the
     // lease back at its next activity check).
     loop {
-        let word = w.load();
-        if word & LEASE_HELD == 0 {
+        let word = gate.word();
+        if !held(word) {
             break;
         }
         if granted.elapsed() < Duration::from_millis(200) {
-            g.seen.store(word, std::sync::atomic::Ordering::Release);
+            gate.register(&p, word, grant);
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    sub(g.near, grant);
-    futex(pending, libc::FUTEX_WAKE, i32::MAX as u32, 0);
+    if gate.near_done(&p, grant) {
+        wake(gate.usage.pending_addr());
+    }
     std::thread::sleep(last_kernel);
     let reported = Instant::now();
-    sub(g.pending, grant);
-    futex(pending, libc::FUTEX_WAKE, i32::MAX as u32, 0);
+    gate.drained(&p, grant);
+    wake(gate.usage.pending_addr());
     (granted, reported)
 }
 

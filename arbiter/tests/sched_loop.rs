@@ -7,60 +7,22 @@ use gpuslice_arbiter::sched::{Params, Scheduler};
 use gpuslice_region::layout::LEASE_HELD;
 use gpuslice_region::{Lease, Usage};
 use std::path::Path;
-use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod gate_words;
-use gate_words::{futex, slice_dir};
+use gate_words::{gate, honest_gate, slice_dir, wake};
+use gpuslice_region::lease::gate::Proc;
 
-/// A fake tenant: returns the ns it "ran kernels" while holding the lease.
+/// A fake tenant: adds the ns it "ran kernels" (1 ms sleeps) while holding the lease.
 fn tenant(dir: &Path, stop: Arc<AtomicBool>, busy: Arc<AtomicU64>) {
-    let lease = Lease::open(dir).unwrap();
-    let usage = Usage::open(dir, 1).unwrap();
-    let w = lease.word(0).unwrap();
-    let g = usage.gate_words(0).unwrap();
-    let (mut registered, mut drained) = (0u32, 0u32);
-    while !stop.load(Relaxed) {
-        let word = w.load();
-        if word & LEASE_HELD != 0 {
-            let grant = lease.grant(0);
-            if grant != registered {
-                registered = grant;
-                // The gate's half of the lease protocol, as the interposer runs it.
-                gpuslice_region::lease::enter(g.pending, grant);
-            }
-            g.seen.store(word, Relaxed);
-            let t = Instant::now();
-            std::thread::sleep(Duration::from_millis(1));
-            busy.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
-        } else {
-            if registered != drained {
-                drained = registered;
-                gpuslice_region::lease::leave(g.pending, registered);
-                futex(
-                    g.pending.as_ptr().cast(),
-                    libc::FUTEX_WAKE,
-                    i32::MAX as u32,
-                    0,
-                );
-            }
-            if g.demand.fetch_add(1, AcqRel) == 0 {
-                futex(g.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
-            }
-            futex(w.as_ptr(), libc::FUTEX_WAIT, word, 50);
-            g.demand.fetch_sub(1, AcqRel);
-        }
-    }
-    // Exiting: leave `pending` like the interposer's atexit hook.
-    gpuslice_region::lease::leave(g.pending, registered);
-    futex(
-        g.pending.as_ptr().cast(),
-        libc::FUTEX_WAKE,
-        i32::MAX as u32,
-        0,
-    );
+    honest_gate(dir, &stop, || {
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_millis(1));
+        busy.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
+    });
 }
 
 fn params(pct: u32) -> Params {
@@ -210,7 +172,8 @@ fn a_high_slice_beside_a_holder_is_granted_under_the_pass_it_took() {
     sched.add(0, "h", &dh, 0, high);
     let lh = Lease::open(&dh).unwrap();
     let uh = Usage::open(&dh, 1).unwrap();
-    let gh = uh.gate_words(0).unwrap();
+    let gh = gate(&lh, &uh);
+    let ph = Proc::new();
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(lh.pass(0), 0, "alone on the device: no pass");
 
@@ -230,9 +193,10 @@ fn a_high_slice_beside_a_holder_is_granted_under_the_pass_it_took() {
     assert_ne!(pass, ln.grant(0), "a pass is an id of its own");
 
     // The gate's side of taking it: one launch went, one thread counts in `demand`.
-    gh.passed.store(pass, Relaxed);
-    if gh.demand.fetch_add(1, AcqRel) == 0 {
-        futex(gh.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
+    assert_eq!(gh.take_pass(&ph), Some(pass));
+    assert_eq!(gh.take_pass(&ph), None, "one launch per pass");
+    if gh.announce_pass(&ph, pass) {
+        wake(gh.usage.demand_addr());
     }
     eventually("the high slice is granted under its pass", || {
         lh.word(0).unwrap().load() & LEASE_HELD != 0 && lh.grant(0) == pass
@@ -241,16 +205,11 @@ fn a_high_slice_beside_a_holder_is_granted_under_the_pass_it_took() {
 
     // The gate thread's side once granted: the launch counts as the grant's, the demand it
     // claimed goes, and the launch completed and nothing followed (idle).
-    gh.seen.store(lh.word(0).unwrap().load(), Relaxed);
-    gh.demand.fetch_sub(1, AcqRel);
-    gh.busy
-        .store(gpuslice_region::lease::tagged(pass, 0), Relaxed);
-    futex(
-        gh.busy.as_ptr().cast(),
-        libc::FUTEX_WAKE,
-        i32::MAX as u32,
-        0,
-    );
+    assert_eq!(gh.settle_pass(&ph), 0, "the pass's grant came");
+    assert_eq!(uh.lease_words(0).unwrap().demand.load(Relaxed), 0);
+    gh.enter_busy(&ph, pass);
+    assert!(gh.go_quiet(&ph, pass));
+    wake(gh.usage.busy_addr());
     eventually(
         "the idle high slice hands back and holds a fresh pass",
         || lh.word(0).unwrap().load() & LEASE_HELD == 0 && lh.pass(0) != 0 && lh.pass(0) != pass,

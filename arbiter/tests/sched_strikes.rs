@@ -9,46 +9,27 @@ use gpuslice_arbiter::sched::{fill_shares, Params, Scheduler, SchedulerStatus, S
 use gpuslice_arbiter::server::State;
 use gpuslice_arbiter::store::Store;
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
-use gpuslice_region::layout::LEASE_HELD;
-use gpuslice_region::{Lease, Usage};
+use gpuslice_region::Usage;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod gate_words;
-use gate_words::{futex, slice_dir};
+use gate_words::{futex, honest_gate, slice_dir};
 
-/// An honest gate: waits with `demand` raised while not `HELD` (raised once for the whole
-/// wait, as the interposer's gate does), and while `HELD` "launches" (records the lease word in
-/// `seen`) every millisecond.
+/// An honest gate (the region's gate half): waits with `demand` raised while not `HELD`, and
+/// while `HELD` "launches" (records the lease word in `seen`) every millisecond.
 fn honest(dir: &Path, stop: Arc<AtomicBool>, launches: Arc<AtomicU64>) {
-    let lease = Lease::open(dir).unwrap();
-    let usage = Usage::open(dir, 1).unwrap();
-    let w = lease.word(0).unwrap();
-    let g = usage.gate_words(0).unwrap();
-    while !stop.load(Relaxed) {
-        let word = w.load();
-        if word & LEASE_HELD != 0 {
-            g.seen.store(word, Relaxed);
-            launches.fetch_add(1, Relaxed);
-            std::thread::sleep(Duration::from_millis(1));
-        } else {
-            if g.demand.fetch_add(1, AcqRel) == 0 {
-                futex(g.demand.as_ptr(), libc::FUTEX_WAKE, i32::MAX as u32, 0);
-            }
-            let mut word = word;
-            while word & LEASE_HELD == 0 && !stop.load(Relaxed) {
-                futex(w.as_ptr(), libc::FUTEX_WAIT, word, 50);
-                word = w.load();
-            }
-            g.demand.fetch_sub(1, AcqRel);
-        }
-    }
+    honest_gate(dir, &stop, || {
+        launches.fetch_add(1, Relaxed);
+        std::thread::sleep(Duration::from_millis(1));
+    });
 }
 
-/// A hostile gate: claims one waiting thread for ever and never launches.
+/// A hostile gate (written by hand on purpose: it breaks the protocol): claims one waiting
+/// thread for ever and never launches.
 fn liar(dir: &Path, stop: Arc<AtomicBool>) {
     let usage = Usage::open(dir, 1).unwrap();
     let g = usage.gate_words(0).unwrap();

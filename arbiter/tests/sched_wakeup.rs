@@ -6,7 +6,6 @@
 use gpuslice_arbiter::sched::{Params, Scheduler};
 use std::time::{Duration, Instant};
 
-#[allow(dead_code)] // the futex helper is for the tests that play a gate
 mod gate_words;
 use gate_words::slice_dir;
 

@@ -32,12 +32,14 @@ use gpuslice_cuda_abi::exec::{CU_EVENT_DISABLE_TIMING, CU_STREAM_LEGACY_HANDLE};
 use gpuslice_cuda_abi::result::*;
 use gpuslice_cuda_abi::types::{CUcontext, CUevent, CUstream};
 use gpuslice_region::futex;
-use gpuslice_region::layout::{LEASE_HELD, LEASE_UNGATED, LIMITS_FLAG_LEASED, MAX_DEVICES};
+use gpuslice_region::layout::{LEASE_UNGATED, LIMITS_FLAG_LEASED, MAX_DEVICES};
+use gpuslice_region::lease::gate::{asks_capture, Proc};
+use gpuslice_region::lease::{held, may_launch};
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Give up waiting for a grant after this long (the arbiter is gone): the gate opens.
@@ -80,22 +82,12 @@ thread_local! {
 
 /// Per device entry, process-wide.
 struct Entry {
-    /// Grant under which this process last registered pending work.
-    registered: AtomicU32,
-    /// Grant last drained by the gate thread.
-    drained: AtomicU32,
-    /// Grant for which this process last left `near` (down to its last kernel).
-    neared: AtomicU32,
+    /// The lease protocol's per-process state (`gpuslice_region::lease::gate`).
+    lease: Proc,
     /// Gate thread running (reset in a forked child).
     thread: AtomicBool,
-    /// Grant under which this process counts itself in the slice's `busy` word (0: quiet).
-    busy: AtomicU32,
     /// Launches begun (wrapping): the gate thread's quiet check sees whether one began.
     seq: AtomicU32,
-    /// Threads between the start of a bounded launch and its queue-bound event.
-    launching: AtomicU32,
-    /// Of those, threads counted in `demand` (waiting for the lease).
-    lease_waiting: AtomicU32,
     /// (grant, stream, context) launched on.
     streams: Mutex<Vec<(u32, usize, usize)>>,
     /// Queue-bound events, oldest first.
@@ -106,14 +98,6 @@ struct Entry {
     timing: Mutex<Timing>,
     /// Recent quiet spells: how long to linger before reporting the process quiet.
     linger: Linger,
-    /// The one-launch pass this process took and whose grant its gate thread has not seen yet
-    /// (0: none), in the low half; [`PASS_CLAIMED`] once the process counts one thread in
-    /// `demand` for it (until the gate thread sees the grant). Set before the launch is
-    /// registered, so the gate thread never drains that registration before its grant.
-    pass_wait: AtomicU64,
-    /// The grant id in force when that pass was taken: any other id means the slice was
-    /// granted since.
-    pass_prev: AtomicU32,
 }
 
 /// What the queue bound learnt of this process's launches: the device time between
@@ -139,6 +123,8 @@ struct Timing {
 struct Queued {
     /// The event recorded after it.
     ev: usize,
+    /// The stream it was launched on (one wait covers the older launches of its stream).
+    stream: usize,
     /// The grant it was recorded under.
     grant: u32,
     /// When it started on the device, as far as this process can tell: the later of its
@@ -148,14 +134,9 @@ struct Queued {
 
 #[allow(clippy::declare_interior_mutable_const)]
 const ENTRY: Entry = Entry {
-    registered: AtomicU32::new(0),
-    drained: AtomicU32::new(0),
-    neared: AtomicU32::new(0),
+    lease: Proc::new(),
     thread: AtomicBool::new(false),
-    busy: AtomicU32::new(0),
     seq: AtomicU32::new(0),
-    launching: AtomicU32::new(0),
-    lease_waiting: AtomicU32::new(0),
     streams: Mutex::new(Vec::new()),
     events: Mutex::new(VecDeque::new()),
     spare: Mutex::new(Vec::new()),
@@ -167,14 +148,35 @@ const ENTRY: Entry = Entry {
         unmeasured: 0,
     }),
     linger: Linger::new(),
-    pass_wait: AtomicU64::new(0),
-    pass_prev: AtomicU32::new(0),
 };
-/// `Entry::pass_wait`: the process counts a thread in `demand` for the pass.
-const PASS_CLAIMED: u64 = 1 << 32;
+/// The gate half of the lease protocol on one device of this process's slice.
+type Gate<'a> = gpuslice_region::lease::gate::Gate<'a, AtomicU32, AtomicU64>;
 static ENTRIES: [Entry; MAX_DEVICES] = [ENTRY; MAX_DEVICES];
 static FORK_HOOK: AtomicBool = AtomicBool::new(false);
 static FAILED_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// The gate half of each entry, built once per process: the slice's mappings live as long.
+static GATES: [OnceLock<Gate<'static>>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+
+/// The gate half of entry `e` (one atomic load once built; `None` beyond the files' slots).
+#[inline(always)]
+fn gate_of(g: &'static crate::state::MemoryGate, e: usize) -> Option<&'static Gate<'static>> {
+    let cell = GATES.get(e)?;
+    match cell.get() {
+        Some(gate) => Some(gate),
+        None => init_gate(g, e, cell),
+    }
+}
+
+#[cold]
+fn init_gate(
+    g: &'static crate::state::MemoryGate,
+    e: usize,
+    cell: &'static OnceLock<Gate<'static>>,
+) -> Option<&'static Gate<'static>> {
+    let gate = g.slice.gate(e)?;
+    Some(cell.get_or_init(|| gate))
+}
 
 /// The slice entry of the launching thread's device.
 #[inline(always)]
@@ -189,9 +191,10 @@ fn entry_of(g: &crate::state::MemoryGate) -> Option<usize> {
 /// `Err` is returned to the caller instead of launching. `Ok(Some(e))`: the launch is counted
 /// in the quiet check of entry `e` and bounded (a queue-bound event follows it); whatever it
 /// returns goes to [`after_launch`], which then need not look the entry up again (a driver
-/// call on a slice of several devices). A launch into a capturing stream is never gated, bounded, paced or tracked:
-/// it does not run (`crate::capture`); that costs one driver call, made only when the gate
-/// would do more than load the lease word.
+/// call on a slice of several devices). A launch into a capturing stream is never gated,
+/// bounded, paced or tracked: it does not run (`crate::capture`); that costs one driver
+/// call, made only when the gate would do more than load the lease word. The lease words
+/// are read and written only through the region's gate half (`gpuslice_region::lease::gate`).
 #[inline(always)]
 pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option<usize>, CUresult> {
     let Some(g) = memory_gate() else {
@@ -206,45 +209,40 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option
     let Some(e) = entry_of(g) else {
         return Ok(None);
     };
-    let Some(word) = g.slice.lease.word(e) else {
+    let Some(gate) = gate_of(g, e) else {
         return Ok(None);
     };
     // The queue bound may block for a kernel; it comes before the lease check so that a
     // revoke during that wait is seen (otherwise the launch would slip into the next holder's
     // lease, uncharged, after this slice's drain was reported). A thread waiting there is
     // about to launch: it counts as launching, so its process is not reported quiet.
-    let mq = g.slice.lease.max_queue(e);
-    if (mq > 0 || !may_launch(word.load())) && crate::capture::capturing(stream, per_thread) {
+    let mq = gate.max_queue();
+    if asks_capture(mq, gate.word()) && crate::capture::capturing(stream, per_thread) {
         return Ok(None);
     }
     let counted = mq > 0;
+    let ent = &ENTRIES[e];
     if counted {
-        let ent = &ENTRIES[e];
-        ent.launching.fetch_add(1, SeqCst);
+        ent.lease.launch_begins();
         ent.seq.fetch_add(1, SeqCst);
         ent.linger.launch_begins();
         bound_queue(e, mq as usize);
-        let ahead = g.slice.lease.ahead_us(e);
+        let ahead = gate.ahead_us();
         if ahead > 0 {
             pace(e, Duration::from_micros(u64::from(ahead)));
         }
     }
-    let mut w = word.load();
+    let mut w = gate.word();
     if !may_launch(w) {
-        if let Some(pass) = take_pass(g, e) {
-            // Launched now, as the grant `pass` the slice is about to get: marked, registered,
-            // then announced (the grant may follow at once, and the gate thread then stores
-            // the grant's `seen`, which a later registration would overwrite).
-            let ent = &ENTRIES[e];
-            ent.pass_prev.store(g.slice.lease.grant(e), Release);
-            // A claim not settled yet (an earlier pass whose grant this process's gate
-            // thread has not seen) carries over to this one.
-            let _ = ent.pass_wait.fetch_update(AcqRel, Acquire, |st| {
-                Some(u64::from(pass) | (st & PASS_CLAIMED))
-            });
-            held_slow(g, e, w, stream as usize, pass);
+        if let Some(pass) = gate.take_pass(&ent.lease) {
+            // Launched now, as the grant `pass` the slice is about to get: marked (by
+            // `take_pass`), registered, then announced (the grant may follow at once, and the
+            // gate thread then stores the grant's `seen`, which a later registration would
+            // overwrite).
+            // (A launch on a pass always goes: `w` is not held.)
+            held_slow(gate, e, w, stream as usize, pass);
             if counted {
-                mark_busy(g, e, pass);
+                mark_busy(gate, e, pass);
             }
             // Announced once the kernel is queued ([`after_launch`]): the announcement wakes
             // the real-time arbiter, which may take this thread's CPU, and on a busy host
@@ -252,113 +250,27 @@ pub(crate) fn before_launch(stream: CUstream, per_thread: bool) -> Result<Option
             PASSED.set(pass);
             return Ok(counted.then_some(e));
         }
-        w = wait_for_lease(g, e, counted);
+        w = wait_for_lease(gate, e, counted);
     }
     if w & LEASE_UNGATED != 0 {
         return Ok(counted.then_some(e));
     }
     let s = stream as usize;
-    if LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
-        held_slow(g, e, w, s, g.slice.lease.grant(e));
+    while LAST.get() != (w, e) || !STREAMS.get().contains(&s) {
+        if held_slow(gate, e, w, s, gate.grant()) {
+            break;
+        }
+        // Revoked while this thread registered: the gate thread drains that registration;
+        // this launch waits for the next grant.
+        w = wait_for_lease(gate, e, counted);
+        if w & LEASE_UNGATED != 0 {
+            return Ok(counted.then_some(e));
+        }
     }
     if counted {
-        mark_busy(g, e, g.slice.lease.grant(e));
+        mark_busy(gate, e, gate.grant());
     }
     Ok(counted.then_some(e))
-}
-
-/// Takes the slice's one-launch pass of entry `e` (`LeaseSlot::pass`), if the arbiter armed
-/// one and no process of the slice took it yet; returns its grant id.
-#[cold]
-fn take_pass(g: &crate::state::MemoryGate, e: usize) -> Option<u32> {
-    let pass = g.slice.lease.pass(e);
-    if pass == 0 {
-        return None;
-    }
-    let words = g.slice.usage.gate_words(e)?;
-    let cur = words.passed.load(Acquire);
-    if cur == pass
-        || words
-            .passed
-            .compare_exchange(cur, pass, AcqRel, Acquire)
-            .is_err()
-    {
-        return None;
-    }
-    Some(pass)
-}
-
-/// After the launch on pass `pass` was queued: the process counts one thread in `demand` (so
-/// the arbiter grants the slice, under that id) until its gate thread sees the grant
-/// ([`settle_pass`]); not if the gate thread already saw one (another thread's demand brought
-/// it). `demand` is raised before the claim is marked, so the gate thread never lowers it
-/// first.
-#[cold]
-fn announce_pass(g: &crate::state::MemoryGate, e: usize, pass: u32) {
-    let Some(words) = g.slice.usage.gate_words(e) else {
-        return;
-    };
-    let ent = &ENTRIES[e];
-    let was = words.demand.fetch_add(1, AcqRel);
-    let marked = u64::from(pass);
-    if ent
-        .pass_wait
-        .compare_exchange(marked, marked | PASS_CLAIMED, AcqRel, Acquire)
-        .is_err()
-    {
-        words.demand.fetch_sub(1, AcqRel);
-        return;
-    }
-    if was == 0 {
-        futex_wake(words.demand.as_ptr());
-    }
-}
-
-/// The gate thread's part of a pass: once the slice holds the lease under the pass's id, the
-/// launch made on it is recorded as that grant's activity (`seen`, as the launch would have
-/// stored had it waited) and the thread counted in `demand` for it leaves; so it does once the
-/// grant id moved on to another grant (the pass was withdrawn, or its grant came and went
-/// unseen). Returns the pass still waiting for its grant (0: none).
-fn settle_pass(
-    g: &crate::state::MemoryGate,
-    e: usize,
-    word: &gpuslice_region::LeaseWord<'_>,
-    words: &gpuslice_region::GateWords<'_>,
-) -> u32 {
-    let ent = &ENTRIES[e];
-    loop {
-        let state = ent.pass_wait.load(Acquire);
-        let pass = state as u32;
-        if pass == 0 {
-            return 0;
-        }
-        // The arbiter stores the grant id before the word: read in the other order, a grant
-        // under the pass whose word is not held yet is still to come (its store wakes this
-        // thread).
-        let grant = g.slice.lease.grant(e);
-        let w = word.load();
-        if grant == pass {
-            if w & LEASE_HELD == 0 {
-                return pass;
-            }
-            words.seen.store(w, Relaxed);
-        } else if grant == ent.pass_prev.load(Acquire) && w & LEASE_HELD == 0 {
-            return pass;
-        }
-        // The launching thread may add its claim, or take a newer pass, meanwhile: look again.
-        if let Ok(s) = ent.pass_wait.compare_exchange(state, 0, AcqRel, Acquire) {
-            if s & PASS_CLAIMED != 0 {
-                words.demand.fetch_sub(1, AcqRel);
-            }
-            return 0;
-        }
-    }
-}
-
-/// A lease word that lets a launch through.
-#[inline(always)]
-fn may_launch(w: u32) -> bool {
-    w & (LEASE_HELD | LEASE_UNGATED) != 0
 }
 
 /// Called after the real launch returned, with what [`before_launch`] returned.
@@ -366,62 +278,57 @@ fn may_launch(w: u32) -> bool {
 pub(crate) fn after_launch(stream: CUstream, counted: Option<usize>) {
     if let Some(e) = counted {
         record_bound_event(e, stream);
-        ENTRIES[e].launching.fetch_sub(1, SeqCst);
+        ENTRIES[e].lease.launch_ends();
     }
     if PASSED.get() != 0 {
         after_pass(counted);
     }
 }
 
-/// The launch went on a pass: announce it (entry `counted`, else the thread's device's).
+/// The launch went on a pass: announce it (entry `counted`, else the thread's device's): the
+/// process counts one thread in `demand` until its gate thread sees the pass's grant.
 #[cold]
 fn after_pass(counted: Option<usize>) {
     let pass = PASSED.replace(0);
     let Some(g) = memory_gate() else { return };
-    if let Some(e) = counted.or_else(|| entry_of(g)) {
-        announce_pass(g, e, pass);
+    let Some(e) = counted.or_else(|| entry_of(g)) else {
+        return;
+    };
+    if let Some(gate) = gate_of(g, e) {
+        if gate.announce_pass(&ENTRIES[e].lease, pass) {
+            futex_wake(gate.usage.demand_addr());
+        }
     }
 }
 
 /// Counts this process in the slice's `busy` word under the current grant, once per quiet
 /// spell (the launch that ends it), and wakes a gate thread waiting on that word.
 #[inline(always)]
-fn mark_busy(g: &crate::state::MemoryGate, e: usize, grant: u32) {
-    let ent = &ENTRIES[e];
+fn mark_busy(gate: &Gate<'_>, e: usize, grant: u32) {
     // `seq` was raised (SeqCst) before this load: a gate thread that clears `busy` after it
     // sees the raise and marks the process busy again itself (see `watch_quiet`).
-    if grant == 0 || ent.busy.load(SeqCst) == grant {
+    if ENTRIES[e].lease.busy_under(grant) {
         return;
     }
-    set_busy(g, e, grant);
+    set_busy(gate, e, grant);
 }
 
 #[cold]
-fn set_busy(g: &crate::state::MemoryGate, e: usize, grant: u32) {
-    if ENTRIES[e].busy.swap(grant, SeqCst) != grant {
-        if let Some(words) = g.slice.usage.gate_words(e) {
-            add_pending(words.busy, grant);
-            futex_wake(words.busy.as_ptr().cast::<u32>());
-        }
+fn set_busy(gate: &Gate<'_>, e: usize, grant: u32) {
+    if gate.enter_busy(&ENTRIES[e].lease, grant) {
+        futex_wake(gate.usage.busy_addr());
     }
 }
 
 /// Once per lease word and stream per thread: activity, pending registration under `grant`,
-/// stream set.
+/// stream set. `false`: the lease was revoked meanwhile, the launch must not go
+/// (`Gate::register`).
 #[cold]
-fn held_slow(g: &crate::state::MemoryGate, e: usize, w: u32, s: usize, grant: u32) {
-    let Some(words) = g.slice.usage.gate_words(e) else {
-        return;
-    };
-    // A launch on a pass (not held) is recorded as its grant's activity once granted.
-    if w & LEASE_HELD != 0 && words.seen.load(Relaxed) != w {
-        words.seen.store(w, Relaxed);
-    }
+fn held_slow(gate: &Gate<'_>, e: usize, w: u32, s: usize, grant: u32) -> bool {
     let ent = &ENTRIES[e];
     ensure_thread(e);
-    if ent.registered.swap(grant, AcqRel) != grant {
-        add_pending(words.near, grant);
-        add_pending(words.pending, grant);
+    if !gate.register(&ent.lease, w, grant) {
+        return false;
     }
     let ctx = current_ctx();
     if let Ok(mut v) = ent.streams.lock() {
@@ -437,35 +344,19 @@ fn held_slow(g: &crate::state::MemoryGate, e: usize, w: u32, s: usize, grant: u3
     c.rotate_right(1);
     c[0] = s;
     STREAMS.set(c);
-}
-
-/// Counts this process in a grant-tagged word (`pending`, `near`, `busy`) under `grant`.
-fn add_pending(p: &AtomicU64, grant: u32) {
-    gpuslice_region::lease::enter(p, grant);
-}
-
-/// Counts this process out of a grant-tagged word under `grant` (not at all under another).
-fn remove_pending(p: &AtomicU64, grant: u32) {
-    gpuslice_region::lease::leave(p, grant);
+    true
 }
 
 /// Waits until the lease is held (or ungated); returns the word then.
 #[cold]
-fn wait_for_lease(g: &crate::state::MemoryGate, e: usize, counted: bool) -> u32 {
-    let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
-        return LEASE_UNGATED;
-    };
-    if words.demand.fetch_add(1, AcqRel) == 0 {
-        futex_wake(words.demand.as_ptr());
-    }
-    // After `demand`: a gate thread about to report its drain waits for this (`settle`).
-    let lw = &ENTRIES[e].lease_waiting;
-    if counted {
-        lw.fetch_add(1, SeqCst);
+fn wait_for_lease(gate: &Gate<'_>, e: usize, counted: bool) -> u32 {
+    let p = &ENTRIES[e].lease;
+    if gate.wait_begins(p, counted) {
+        futex_wake(gate.usage.demand_addr());
     }
     let start = Instant::now();
-    let mut w = word.load();
-    while w & (LEASE_HELD | LEASE_UNGATED) == 0 {
+    let mut w = gate.word();
+    while !may_launch(w) {
         if start.elapsed() > FAIL_OPEN {
             if !FAILED_OPEN.swap(true, Relaxed) {
                 crate::log!(
@@ -476,13 +367,10 @@ fn wait_for_lease(g: &crate::state::MemoryGate, e: usize, counted: bool) -> u32 
             w = LEASE_UNGATED;
             break;
         }
-        futex_wait(word.as_ptr(), w, Duration::from_millis(200));
-        w = word.load();
+        futex_wait(gate.slot.word_addr(), w, Duration::from_millis(200));
+        w = gate.word();
     }
-    if counted {
-        lw.fetch_sub(1, SeqCst);
-    }
-    words.demand.fetch_sub(1, AcqRel);
+    gate.wait_ends(p, counted);
     w
 }
 
@@ -494,13 +382,12 @@ fn wait_for_lease(g: &crate::state::MemoryGate, e: usize, counted: bool) -> u32 
 /// over for a whole lease of its neighbour (1 s windows 6 points short). Costs the revoked
 /// slice, which is charged up to its report, that thread's wake-up, only when it has one.
 fn settle(e: usize) {
-    let ent = &ENTRIES[e];
-    let unsettled = || ent.launching.load(SeqCst) > ent.lease_waiting.load(SeqCst);
-    if !unsettled() {
+    let p = &ENTRIES[e].lease;
+    if !p.unsettled() {
         return;
     }
     let t0 = Instant::now();
-    while unsettled() && t0.elapsed() < SETTLE_MAX {
+    while p.unsettled() && t0.elapsed() < SETTLE_MAX {
         std::thread::yield_now();
     }
 }
@@ -557,14 +444,8 @@ fn current_ctx() -> usize {
 extern "C" fn after_fork_child() {
     for ent in &ENTRIES {
         ent.thread.store(false, Relaxed);
-        ent.registered.store(0, Relaxed);
-        ent.drained.store(0, Relaxed);
-        ent.neared.store(0, Relaxed);
-        ent.busy.store(0, Relaxed);
-        ent.launching.store(0, Relaxed);
-        ent.lease_waiting.store(0, Relaxed);
-        // The parent's pass, if any, is the parent's to settle.
-        ent.pass_wait.store(0, Relaxed);
+        // The parent's registrations and pass, if any, are the parent's to settle.
+        ent.lease.reset();
         ent.linger.reset();
         if let Ok(mut v) = ent.streams.try_lock() {
             v.clear();
@@ -587,24 +468,15 @@ extern "C" fn after_fork_child() {
 extern "C" fn at_exit() {
     let Some(g) = memory_gate() else { return };
     for (e, ent) in ENTRIES.iter().enumerate() {
-        if ent.pass_wait.swap(0, AcqRel) & PASS_CLAIMED != 0 {
-            if let Some(words) = g.slice.usage.gate_words(e) {
-                words.demand.fetch_sub(1, AcqRel);
-            }
-        }
-        let grant = ent.registered.load(Acquire);
-        if grant == 0 || ent.drained.swap(grant, AcqRel) == grant {
+        let Some(gate) = gate_of(g, e) else {
             continue;
+        };
+        let left = gate.exit(&ent.lease);
+        if left.busy {
+            futex_wake(gate.usage.busy_addr());
         }
-        if let Some(words) = g.slice.usage.gate_words(e) {
-            let busy = ent.busy.swap(0, SeqCst);
-            if busy != 0 {
-                remove_pending(words.busy, busy);
-                futex_wake(words.busy.as_ptr().cast::<u32>());
-            }
-            leave_near(ent, &words, grant);
-            remove_pending(words.pending, grant);
-            futex_wake(words.pending.as_ptr().cast::<u32>());
+        if left.pending {
+            futex_wake(gate.usage.pending_addr());
         }
     }
 }
@@ -649,21 +521,13 @@ fn gate_thread(e: usize, ctx: usize) {
             "the launch gate's thread could not enter the relaxed stream-capture mode"
         );
     }
-    let Some(g) = memory_gate() else { return };
-    let (Some(word), Some(words)) = (g.slice.lease.word(e), g.slice.usage.gate_words(e)) else {
+    let Some(gate) = memory_gate().and_then(|g| gate_of(g, e)) else {
         return;
     };
     let ent = &ENTRIES[e];
     loop {
-        let w = word.load();
-        let grant = ent.registered.load(Acquire);
-        // Work launched on a pass is not drained before its grant came (and went).
-        let unpassed = settle_pass(g, e, &word, &words) != grant;
-        if w & (LEASE_HELD | LEASE_UNGATED) == 0
-            && grant != 0
-            && ent.drained.load(Acquire) != grant
-            && unpassed
-        {
+        let w = gate.word();
+        if let Some(grant) = gate.drain_due(&ent.lease, w) {
             // Early hand-off: once at most this process's last kernel is left, say so (the
             // arbiter grants the next slice while it runs, hiding the wake-ups of a hand-off).
             // Only while its launches are short: the last launch overlaps the next holder's
@@ -680,7 +544,7 @@ fn gate_thread(e: usize, ctx: usize) {
                         unsafe { sync(ev as CUevent) };
                     }
                 }
-                leave_near(ent, &words, grant);
+                leave_near(gate, e, grant);
             }
             let mine: Vec<(u32, usize, usize)> = match ent.streams.lock() {
                 Ok(mut v) => {
@@ -694,28 +558,28 @@ fn gate_thread(e: usize, ctx: usize) {
                 drain(s, ctx);
             }
             settle(e);
-            leave_near(ent, &words, grant);
-            ent.drained.store(grant, Release);
-            remove_pending(words.pending, grant);
-            // The low half of `pending` is the arbiter's futex word.
-            futex_wake(words.pending.as_ptr().cast::<u32>());
+            // Reported once per grant (the exit hook may have reported it first).
+            if gate.drained(&ent.lease, grant) {
+                // The low half of `pending` is the arbiter's futex word.
+                futex_wake(gate.usage.pending_addr());
+            }
             continue;
         }
-        if w & LEASE_HELD != 0 && g.slice.lease.max_queue(e) > 0 {
-            let grant = g.slice.lease.grant(e);
-            if grant != 0 && ent.busy.load(SeqCst) == grant {
-                watch_quiet(g, e, &words, &word, grant);
+        if held(w) && gate.max_queue() > 0 {
+            let grant = gate.grant();
+            if grant != 0 && ent.lease.busy_under(grant) {
+                watch_quiet(gate, e, grant);
                 continue;
             }
             // Quiet: sleep until the next launch raises `busy` (and wakes it) or the lease
             // word changes (a revoke).
-            let cur = words.busy.load(SeqCst) as u32;
-            if ent.busy.load(SeqCst) != grant {
-                futex_wait2(word.as_ptr(), w, words.busy.as_ptr().cast::<u32>(), cur);
+            let cur = gate.busy_low();
+            if !ent.lease.busy_under(grant) {
+                futex_wait2(gate.slot.word_addr(), w, gate.usage.busy_addr(), cur);
             }
             continue;
         }
-        futex_wait(word.as_ptr(), w, Duration::from_secs(1));
+        futex_wait(gate.slot.word_addr(), w, Duration::from_secs(1));
     }
 }
 
@@ -724,20 +588,14 @@ fn gate_thread(e: usize, ctx: usize) {
 /// linger (`crate::linger`) without a launch, and then leaves the slice's `busy` word (waking the
 /// arbiter, which hands an idle lease on at once when others wait). Returns when the process
 /// went quiet or the lease moved.
-fn watch_quiet(
-    g: &crate::state::MemoryGate,
-    e: usize,
-    words: &gpuslice_region::GateWords<'_>,
-    word: &gpuslice_region::LeaseWord<'_>,
-    grant: u32,
-) {
+fn watch_quiet(gate: &Gate<'_>, e: usize, grant: u32) {
     let ent = &ENTRIES[e];
-    let held = || word.load() & LEASE_HELD != 0 && g.slice.lease.grant(e) == grant;
+    let holding = || held(gate.word()) && gate.grant() == grant;
     let sync = crate::real!(cuda_sym cuEventSynchronize);
     let query = crate::real!(cuda_sym cuEventQuery);
     let mut snap: Vec<usize> = Vec::new();
     loop {
-        if !held() {
+        if !holding() {
             return;
         }
         let s0 = ent.seq.load(SeqCst);
@@ -767,7 +625,7 @@ fn watch_quiet(
         if ent.seq.load(SeqCst) != s0 {
             continue;
         }
-        if ent.launching.load(SeqCst) > 0 {
+        if ent.lease.launching() {
             // A thread is between the gate and its queue-bound event (or the driver call).
             std::thread::sleep(Duration::from_micros(50));
             continue;
@@ -778,24 +636,21 @@ fn watch_quiet(
             ent.linger.short_spell();
             continue;
         }
-        if ent.launching.load(SeqCst) > 0 || !held() {
+        if ent.lease.launching() || !holding() {
             continue;
         }
         // The quiet spell starts now; the launch that ends it says how long it was.
         ent.linger.going_quiet(futex::now_ns());
-        if ent.busy.compare_exchange(grant, 0, SeqCst, SeqCst).is_err() {
+        if !gate.go_quiet(&ent.lease, grant) {
             ent.linger.stayed_busy();
             return;
         }
-        remove_pending(words.busy, grant);
-        futex_wake(words.busy.as_ptr().cast::<u32>());
+        futex_wake(gate.usage.busy_addr());
         // A launch that began after the last look may have seen `busy` still set and not
         // counted itself: count it back.
-        if ent.seq.load(SeqCst) != s0 || ent.launching.load(SeqCst) > 0 {
+        if ent.seq.load(SeqCst) != s0 || ent.lease.launching() {
             ent.linger.stayed_busy();
-            if ent.busy.swap(grant, SeqCst) != grant {
-                add_pending(words.busy, grant);
-            }
+            gate.enter_busy(&ent.lease, grant);
             continue;
         }
         return;
@@ -804,10 +659,9 @@ fn watch_quiet(
 
 /// Leaves `near` for `grant` once per grant (the last kernel is running, or all is drained)
 /// and wakes the arbiter, which waits on the low half of `pending`.
-fn leave_near(ent: &Entry, words: &gpuslice_region::GateWords<'_>, grant: u32) {
-    if ent.neared.swap(grant, AcqRel) != grant {
-        remove_pending(words.near, grant);
-        futex_wake(words.pending.as_ptr().cast::<u32>());
+fn leave_near(gate: &Gate<'_>, e: usize, grant: u32) {
+    if gate.near_done(&ENTRIES[e].lease, grant) {
+        futex_wake(gate.usage.pending_addr());
     }
 }
 
@@ -860,22 +714,66 @@ fn drain(stream: usize, ctx: usize) {
 
 /// Waits until fewer launches than the bound are queued: the bound is [`QUEUED_NS`] of device
 /// time over the typical length of this process's launches, between 1 and `max` (the arbiter's
-/// `max_queue`), [`UNKNOWN_BOUND`] while no length is known yet.
+/// `max_queue`), [`UNKNOWN_BOUND`] while no length is known yet. Once the bound is reached it
+/// waits the queue down to [`refill_from`] in one wait (one `cuEventSynchronize` and one
+/// capture-mode exchange per half a bound of launches, not per launch), when the launches it
+/// retires were all made on one stream (events of one stream complete in order); across
+/// streams, one launch at a time.
 fn bound_queue(e: usize, max: usize) {
     let bound = queue_bound(e, max);
+    let keep = refill_from(bound);
     loop {
-        let oldest = match ENTRIES[e].events.lock() {
-            Ok(mut q) if q.len() >= bound => q.pop_front(),
+        let target = match ENTRIES[e].events.lock() {
+            Ok(q) if q.len() >= bound => {
+                let newest = q.len() - 1 - keep;
+                let t = q.get(newest).map(|t| (t.ev, t.stream));
+                t.map(|(ev, st)| {
+                    let one_stream = q.iter().take(newest).all(|x| x.stream == st);
+                    // Across streams: the oldest alone.
+                    if one_stream {
+                        ev
+                    } else {
+                        q.front().map_or(ev, |f| f.ev)
+                    }
+                })
+            }
             _ => None,
         };
-        let Some(x) = oldest else { return };
+        let Some(ev) = target else { return };
         if let Some(sync) = crate::real!(cuda_sym cuEventSynchronize) {
-            // SAFETY: `x.ev` is a live event this process created and recorded (never on a
-            // capturing stream).
-            crate::capture::relaxed(|| unsafe { sync(x.ev as CUevent) });
+            // SAFETY: `ev` is a live event this process created and recorded (never on a
+            // capturing stream; recycled, never destroyed once recorded).
+            crate::capture::relaxed(|| unsafe { sync(ev as CUevent) });
         }
-        started_by(e, Instant::now());
+        retire_through(e, ev);
+    }
+}
+
+/// The launches a process keeps queued after a queue-bound wait: half the bound (all but one
+/// below 3, as before the wait went down to half).
+fn refill_from(bound: usize) -> usize {
+    if bound <= 2 {
+        bound.saturating_sub(1)
+    } else {
+        bound / 2
+    }
+}
+
+/// Retires the queued launches up to the one whose event `ev` completed (the oldest first; not
+/// if another thread retired it meanwhile): each is learnt from, and the oldest left started
+/// by now.
+fn retire_through(e: usize, ev: usize) {
+    let Ok(mut q) = ENTRIES[e].events.lock() else {
+        return;
+    };
+    let Some(n) = q.iter().position(|x| x.ev == ev) else {
+        return;
+    };
+    for x in q.drain(..=n) {
         completed(e, x.ev, x.grant);
+    }
+    if let Some(f) = q.front_mut() {
+        f.start = f.start.max(Instant::now());
     }
 }
 
@@ -977,16 +875,6 @@ fn retire(e: usize, f: Queued, ended_by: Instant) {
     }
 }
 
-/// The launch before the oldest queued one was seen complete `at` (or is known to have ended
-/// by then): the oldest started no earlier than its own launch and no later than that.
-fn started_by(e: usize, at: Instant) {
-    if let Ok(mut q) = ENTRIES[e].events.lock() {
-        if let Some(f) = q.front_mut() {
-            f.start = f.start.max(at);
-        }
-    }
-}
-
 /// The typical device time of one launch of entry `e` (median of the recent intervals), ns;
 /// `None` while fewer than two are known.
 fn launch_ns(e: usize) -> Option<u64> {
@@ -1054,6 +942,13 @@ fn elapsed_ns(a: usize, b: usize) -> Option<u64> {
     Some((f64::from(ms) * 1e6) as u64)
 }
 
+/// A start time for launches that are not paced (read once per process): pace treats such a
+/// launch as long started, which only lets one launch go at once if pacing begins later.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// Records a queue-bound event after a launch on `stream`.
 fn record_bound_event(e: usize, stream: CUstream) {
     let (Some(create), Some(record)) = (
@@ -1082,12 +977,18 @@ fn record_bound_event(e: usize, stream: CUstream) {
         }
         return;
     }
-    let grant = memory_gate().map_or(0, |g| g.slice.lease.grant(e));
+    let (grant, pacing) = memory_gate()
+        .and_then(|g| gate_of(g, e))
+        .map_or((0, false), |gate| (gate.grant(), gate.ahead_us() > 0));
+    // The host clock only where [`pace`] uses it (beside a high-priority slice): a clock read
+    // per launch otherwise.
+    let start = if pacing { Instant::now() } else { epoch() };
     if let Ok(mut q) = ENTRIES[e].events.lock() {
         q.push_back(Queued {
             ev: ev as usize,
+            stream: stream as usize,
             grant,
-            start: Instant::now(),
+            start,
         });
     }
 }

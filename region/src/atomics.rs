@@ -13,6 +13,8 @@ pub trait Word64 {
     fn cas(&self, current: u64, new: u64, o: Ordering) -> Result<u64, u64>;
     /// `fetch_add`.
     fn add(&self, v: u64, o: Ordering) -> u64;
+    /// `swap`.
+    fn swap(&self, v: u64, o: Ordering) -> u64;
 }
 
 /// The operations the protocol needs on a 32-bit word.
@@ -25,6 +27,10 @@ pub trait Word32 {
     fn sub(&self, v: u32, o: Ordering) -> u32;
     /// `store`.
     fn put(&self, v: u32, o: Ordering);
+    /// Strong `compare_exchange`, failure ordering as for [`Word64::cas`].
+    fn cas(&self, current: u32, new: u32, o: Ordering) -> Result<u32, u32>;
+    /// `swap`.
+    fn swap(&self, v: u32, o: Ordering) -> u32;
 }
 
 /// Failure ordering allowed for a given success ordering.
@@ -49,6 +55,9 @@ impl Word64 for AtomicU64 {
     fn add(&self, v: u64, o: Ordering) -> u64 {
         self.fetch_add(v, o)
     }
+    fn swap(&self, v: u64, o: Ordering) -> u64 {
+        AtomicU64::swap(self, v, o)
+    }
 }
 
 impl Word32 for AtomicU32 {
@@ -63,5 +72,11 @@ impl Word32 for AtomicU32 {
     }
     fn put(&self, v: u32, o: Ordering) {
         self.store(v, o)
+    }
+    fn cas(&self, current: u32, new: u32, o: Ordering) -> Result<u32, u32> {
+        self.compare_exchange(current, new, o, failure_ordering(o))
+    }
+    fn swap(&self, v: u32, o: Ordering) -> u32 {
+        AtomicU32::swap(self, v, o)
     }
 }

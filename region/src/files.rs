@@ -9,6 +9,8 @@
 
 use crate::error::RegionError;
 use crate::layout::*;
+use crate::lease::gate::Gate;
+use crate::lease::{SlotWords, UsageWords};
 use crate::liveness::ProcEnv;
 use crate::map::Mapping;
 use crate::protocol::{self, Ledger, Liveness, RecomputeError, ReserveError};
@@ -351,6 +353,11 @@ impl Lease {
             .get(dev)
             .map_or(0, |s| s.grant.load(Acquire))
     }
+    /// The lease-protocol words of device `dev`'s slot (`crate::lease`; read only here).
+    #[inline]
+    pub fn slot(&self, dev: usize) -> Option<SlotWords<'_, AtomicU32>> {
+        self.map.get().devices.get(dev).map(slot_words)
+    }
     /// The one-launch pass of device `dev` (`LeaseSlot::pass`, 0 = none).
     pub fn pass(&self, dev: usize) -> u32 {
         self.map
@@ -373,6 +380,11 @@ impl LeaseWriter {
         Ok(LeaseWriter {
             map: Mapping::open(&dir.join(LEASE_FILE), true)?,
         })
+    }
+    /// The lease-protocol words of device `dev`'s slot (`crate::lease::sched` writes them).
+    #[inline]
+    pub fn slot(&self, dev: usize) -> Option<SlotWords<'_, AtomicU32>> {
+        self.map.get().devices.get(dev).map(slot_words)
     }
     /// The lease word of device `dev` (the arbiter stores and wakes).
     pub fn word(&self, dev: usize) -> Option<&AtomicU32> {
@@ -397,20 +409,29 @@ impl LeaseWriter {
 }
 
 /// The launch gate's words in `usage` for one device (tenant side, writable mapping only).
-#[derive(Clone, Copy, Debug)]
-pub struct GateWords<'a> {
-    /// Threads waiting at the gate (futex word the arbiter waits on).
-    pub demand: &'a AtomicU32,
-    /// Lease word of the last launch.
-    pub seen: &'a AtomicU32,
-    /// `(grant << 32) | processes` with undrained work.
-    pub pending: &'a AtomicU64,
-    /// `(grant << 32) | processes` with more than their last kernel still queued.
-    pub near: &'a AtomicU64,
-    /// `(grant << 32) | processes` with work queued or a launch in progress.
-    pub busy: &'a AtomicU64,
-    /// The one-launch pass taken last.
-    pub passed: &'a AtomicU32,
+pub type GateWords<'a> = UsageWords<'a, AtomicU32, AtomicU64>;
+
+#[inline]
+fn slot_words(s: &LeaseSlot) -> SlotWords<'_, AtomicU32> {
+    SlotWords {
+        word: &s.word,
+        grant: &s.grant,
+        max_queue: &s.max_queue,
+        ahead_us: &s.ahead_us,
+        pass: &s.pass,
+    }
+}
+
+#[inline]
+fn usage_words(d: &DeviceUsage) -> GateWords<'_> {
+    UsageWords {
+        demand: &d.demand,
+        seen: &d.seen,
+        pending: &d.pending,
+        near: &d.near,
+        busy: &d.busy,
+        passed: &d.passed,
+    }
 }
 
 /// A copy of one device's scheduler words from `usage`, as the arbiter reads them. Hostile:
@@ -593,18 +614,19 @@ impl Usage {
 
     /// The launch gate's words of device `dev` (`None` on a read-only mapping or beyond
     /// [`MAX_DEVICES`]).
+    #[inline]
     pub fn gate_words(&self, dev: usize) -> Option<GateWords<'_>> {
         if !self.map.writable() {
             return None;
         }
-        self.map.get().devices.get(dev).map(|d| GateWords {
-            demand: &d.demand,
-            seen: &d.seen,
-            pending: &d.pending,
-            near: &d.near,
-            busy: &d.busy,
-            passed: &d.passed,
-        })
+        self.lease_words(dev)
+    }
+
+    /// The lease-protocol words of device `dev`, on any mapping (the scheduler reads them
+    /// through `crate::lease::sched`; `None` beyond [`MAX_DEVICES`]).
+    #[inline]
+    pub fn lease_words(&self, dev: usize) -> Option<GateWords<'_>> {
+        self.map.get().devices.get(dev).map(usage_words)
     }
 
     /// Loads the scheduler words of device `dev` (zero beyond [`MAX_DEVICES`]).
@@ -620,26 +642,6 @@ impl Usage {
                 near: d.near.load(Acquire),
                 busy: d.busy.load(Acquire),
             })
-    }
-
-    /// Addresses of device `dev`'s `demand` word and of the low (count) half of `pending`, for
-    /// `futex` waits (little-endian: the low half is the first four bytes).
-    pub fn sched_futexes(&self, dev: usize) -> Option<(*const u32, *const u32)> {
-        self.map.get().devices.get(dev).map(|d| {
-            (
-                d.demand.as_ptr().cast_const(),
-                d.pending.as_ptr().cast::<u32>().cast_const(),
-            )
-        })
-    }
-
-    /// Address of the low (count) half of device `dev`'s `busy` word, for `futex` waits.
-    pub fn busy_futex(&self, dev: usize) -> Option<*const u32> {
-        self.map
-            .get()
-            .devices
-            .get(dev)
-            .map(|d| d.busy.as_ptr().cast::<u32>().cast_const())
     }
 
     /// Bytes the slice holds on `dev` (0 beyond the slice's devices).
@@ -739,6 +741,16 @@ impl Slice {
             lease,
             usage,
         })
+    }
+
+    /// The launch gate's half of the lease protocol on device `dev` (`None` beyond the
+    /// files' slots).
+    #[inline]
+    pub fn gate(&self, dev: usize) -> Option<Gate<'_, AtomicU32, AtomicU64>> {
+        Some(Gate::new(
+            self.lease.slot(dev)?,
+            self.usage.gate_words(dev)?,
+        ))
     }
 
     /// Reserves on `dev` under the cap currently in `limits`.

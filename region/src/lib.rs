@@ -8,8 +8,9 @@
 //! model test can run it on `loom` atomics), `atomics` (the word traits it uses), `liveness`
 //! (`/proc` pid + start time), `quantity` (`512Mi`, `25%`, HAMi limits), `sigbus` (readers of
 //! tenant-writable files survive the tenant truncating them), `futex` (the waits and wakes on
-//! region words that the launch gate and the scheduler share), `lease` (the grant-tagged
-//! counters of the lease protocol, both halves, generic for its `loom` model).
+//! region words that the launch gate and the scheduler share), `lease` (the lease protocol:
+//! every word the launch gate and the scheduler share, both halves' state machines, generic
+//! for its `loom` models).
 
 // Readers of tenant-writable memory and the interposer's C paths must not panic (the profiles
 // abort on panic): no unwrap, expect, panic or unchecked indexing outside tests.

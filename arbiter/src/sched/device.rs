@@ -9,11 +9,11 @@ use super::futex::{self, WaitWord, WAITV_MAX};
 use super::policy::{Decision, Observation, Params, Policy, MAX_DEMAND};
 use super::status::{DeviceSched, SliceShare};
 use super::wakes::WakeBudget;
-use gpuslice_region::layout::{LEASE_GENERATION_ONE, LEASE_HELD, LEASE_UNGATED};
+use gpuslice_region::lease::sched::Reading;
 use gpuslice_region::{LeaseWriter, Usage, MAX_PROCS};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU32;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -82,14 +82,23 @@ struct SliceRt {
     wakes: WakeBudget,
 }
 
+/// The scheduler half of the lease protocol over one slice's words.
+type Sched<'a> = gpuslice_region::lease::sched::Sched<'a, AtomicU32, AtomicU64>;
+
 impl SliceRt {
-    fn word(&self) -> &AtomicU32 {
-        // `entry` was checked against MAX_DEVICES when the slice was added.
-        self.lease.word(self.entry).unwrap_or(&ZERO)
+    /// The scheduler half over this slice's words (`None` only for an entry beyond the
+    /// files' slots, which [`Cmd::Add`] refuses).
+    fn sched(&self) -> Option<Sched<'_>> {
+        Some(Sched::new(
+            self.lease.slot(self.entry)?,
+            self.usage.lease_words(self.entry)?,
+        ))
+    }
+    /// What the slice's words say now (all zero without them).
+    fn read(&self) -> Reading {
+        self.sched().map(|s| s.read()).unwrap_or_default()
     }
 }
-
-static ZERO: AtomicU32 = AtomicU32::new(0);
 
 /// Launches each process may keep queued on a shared device at most (`LeaseSlot::max_queue`);
 /// the gate keeps fewer: about 8 ms of device time by its measure of its launches' lengths
@@ -250,9 +259,8 @@ impl Loop {
                 }
                 Decision::Keep { renew, wake_at } => {
                     if renew {
-                        if let Some(h) = self.policy.holder() {
-                            let w = self.rt[h].word();
-                            w.store(w.load(Relaxed).wrapping_add(LEASE_GENERATION_ONE), Release);
+                        if let Some(s) = self.policy.holder().and_then(|h| self.rt[h].sched()) {
+                            s.renew();
                         }
                     }
                     Some(wake_at)
@@ -296,7 +304,10 @@ impl Loop {
                         Usage::open_read_only(&dir, entry + 1).map(|usage| (lease, usage))
                     });
                     match opened {
-                        Ok((lease, usage)) if lease.word(entry).is_some() => {
+                        Ok((lease, usage))
+                            if lease.slot(entry).is_some()
+                                && usage.lease_words(entry).is_some() =>
+                        {
                             if let Some(i) = self.policy.index(&id) {
                                 self.policy.set_slice(&id, params, now);
                                 self.disarm(i);
@@ -310,26 +321,19 @@ impl Loop {
                                 };
                             } else {
                                 self.policy.set_slice(&id, params, now);
-                                // Not held, gated: the slice waits for its first grant
-                                // (no pass left by an earlier arbiter).
-                                if let Some(p) = lease.pass(entry) {
-                                    p.store(0, Release);
-                                }
-                                if let Some(w) = lease.word(entry) {
-                                    let v = w.load(Relaxed);
-                                    w.store(
-                                        v.wrapping_add(LEASE_GENERATION_ONE)
-                                            & !(LEASE_HELD | LEASE_UNGATED),
-                                        Release,
-                                    );
-                                }
-                                self.rt.push(SliceRt {
+                                let rt = SliceRt {
                                     lease,
                                     usage,
                                     entry,
                                     pass: 0,
                                     wakes: WakeBudget::default(),
-                                });
+                                };
+                                // Not held, gated: the slice waits for its first grant
+                                // (no pass left by an earlier arbiter).
+                                if let Some(s) = rt.sched() {
+                                    s.take_over();
+                                }
+                                self.rt.push(rt);
                             }
                             changed = true;
                         }
@@ -387,11 +391,8 @@ impl Loop {
             } else {
                 (SHARED_QUEUE, 0)
             };
-            if let Some(w) = rt.lease.max_queue(rt.entry) {
-                w.store(bound, Release);
-            }
-            if let Some(w) = rt.lease.ahead_us(rt.entry) {
-                w.store(ahead, Release);
+            if let Some(s) = rt.sched() {
+                s.bound(bound, ahead);
             }
         }
     }
@@ -399,19 +400,13 @@ impl Loop {
     fn observe(&mut self, now: u64) {
         let holder = self.policy.holder();
         for i in 0..self.rt.len() {
-            let rt = &self.rt[i];
-            let s = rt.usage.sched_sample(rt.entry);
-            let word = rt.word().load(Relaxed);
-            let grant = rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed));
+            let r = self.rt[i].read();
             let obs = Observation {
                 // An absurd count is no thread count: written by something else, read as idle.
-                waiting: s.demand > 0 && s.demand <= MAX_DEMAND,
-                active: holder == Some(i) && s.seen == word,
-                // Every process of the holder that launched under this grant is idle (another
-                // grant's tag, as an older gate leaves it, never reads as quiet).
-                quiet: holder == Some(i)
-                    && grant != 0
-                    && gpuslice_region::lease::all_left(s.busy, grant),
+                waiting: r.waiting(MAX_DEMAND),
+                active: holder == Some(i) && r.active(),
+                // Every process of the holder that launched under this grant is idle.
+                quiet: holder == Some(i) && r.quiet(),
             };
             self.policy.observe(i, obs, now);
         }
@@ -446,8 +441,8 @@ impl Loop {
             if may && self.rt[i].pass == 0 {
                 let id = self.next_grant_id();
                 let rt = &mut self.rt[i];
-                if let Some(p) = rt.lease.pass(rt.entry) {
-                    p.store(id, Release);
+                if let Some(s) = rt.sched() {
+                    s.arm_pass(id);
                     rt.pass = id;
                 }
             } else if !may && self.rt[i].pass != 0 {
@@ -462,8 +457,8 @@ impl Loop {
         let Some(rt) = self.rt.get_mut(i) else {
             return 0;
         };
-        if let Some(p) = rt.lease.pass(rt.entry) {
-            p.store(0, Release);
+        if let Some(s) = rt.sched() {
+            s.arm_pass(0);
         }
         std::mem::take(&mut rt.pass)
     }
@@ -474,18 +469,11 @@ impl Loop {
             0 => self.next_grant_id(),
             pass => pass,
         };
-        let rt = &self.rt[i];
-        if let Some(g) = rt.lease.grant(rt.entry) {
-            g.store(id, Release);
+        if let Some(s) = self.rt[i].sched() {
+            s.grant(id);
+            // SAFETY: the lease word of the mapping `self.rt[i]` keeps alive.
+            unsafe { futex::wake_shared(s.slot.word_addr()) };
         }
-        let w = rt.word();
-        let v = w.load(Relaxed);
-        w.store(
-            (v.wrapping_add(LEASE_GENERATION_ONE) | LEASE_HELD) & !LEASE_UNGATED,
-            Release,
-        );
-        // SAFETY: `w` is a word of the lease mapping `rt` keeps alive.
-        unsafe { futex::wake_shared(w.as_ptr()) };
         let done = futex::now_ns();
         let from = self.free_since.take().unwrap_or(now);
         if self.policy.holder().is_none() {
@@ -538,19 +526,14 @@ impl Loop {
     /// Clears the holder's `HELD`, wakes its gate threads; the drain to wait for.
     fn revoke_start(&mut self) -> Option<Drain> {
         let h = self.policy.holder()?;
-        let rt = &self.rt[h];
-        let w = rt.word();
-        let v = w.load(Relaxed);
-        w.store(
-            v.wrapping_add(LEASE_GENERATION_ONE) & !(LEASE_HELD | LEASE_UNGATED),
-            Release,
-        );
-        // SAFETY: `w` is a word of the lease mapping `rt` keeps alive.
-        unsafe { futex::wake_shared(w.as_ptr()) };
+        let s = self.rt[h].sched()?;
+        let grant = s.revoke();
+        // SAFETY: the lease word of the mapping `self.rt[h]` keeps alive.
+        unsafe { futex::wake_shared(s.slot.word_addr()) };
         let start = futex::now_ns();
         Some(Drain {
             id: self.policy.slices()[h].id.clone(),
-            grant: rt.lease.grant(rt.entry).map_or(0, |g| g.load(Relaxed)),
+            grant,
             start,
             charged_to: start,
             deadline: start
@@ -570,11 +553,9 @@ impl Loop {
         let Some(i) = self.policy.index(&d.id) else {
             return Some(false);
         };
-        let rt = &self.rt[i];
-        let p = rt.usage.sched_sample(rt.entry).pending;
         // A count above the process records there can be is not a count: over.
         let max = u32::try_from(MAX_PROCS).unwrap_or(u32::MAX);
-        if gpuslice_region::lease::settled(p, d.grant, max) {
+        if self.rt[i].read().drained(d.grant, max) {
             return Some(false);
         }
         if now >= d.deadline {
@@ -590,9 +571,7 @@ impl Loop {
         let Some(i) = self.policy.index(&d.id) else {
             return false;
         };
-        let rt = &self.rt[i];
-        let n = rt.usage.sched_sample(rt.entry).near;
-        gpuslice_region::lease::all_left(n, d.grant)
+        self.rt[i].read().near(d.grant)
     }
 
     /// Charges the background drains reported so far, in the order they began, each up to its
@@ -679,20 +658,19 @@ impl Loop {
         let Some(i) = self.policy.index(&d.id) else {
             return;
         };
-        let rt = &self.rt[i];
-        if let Some((_, a)) = rt.usage.sched_futexes(rt.entry) {
+        if let Some(sched) = self.rt[i].sched() {
             let mut words = vec![WaitWord {
-                addr: a,
-                val: rt.usage.sched_sample(rt.entry).pending as u32,
+                addr: sched.usage.pending_addr(),
+                val: sched.read().pending_low(),
                 private: false,
             }];
             // A high-priority slice starting to wait ends the wait too ([`Loop::high_waits`]).
             for (s, other) in self.policy.slices().iter().zip(&self.rt) {
                 if s.params.high && s.id != d.id {
-                    if let Some((demand, _)) = other.usage.sched_futexes(other.entry) {
+                    if let Some(o) = other.sched() {
                         words.push(WaitWord {
-                            addr: demand,
-                            val: other.usage.sched_sample(other.entry).demand,
+                            addr: o.usage.demand_addr(),
+                            val: o.read().demand,
                             private: false,
                         });
                     }
@@ -808,7 +786,7 @@ impl Loop {
             .rt
             .iter()
             .skip(OWN_WORDS)
-            .filter_map(|rt| rt.usage.sched_futexes(rt.entry).map(|(d, _)| d as usize))
+            .filter_map(|rt| rt.sched().map(|s| s.usage.demand_addr() as usize))
             .collect();
         for chunk in addrs.chunks(OWN_WORDS) {
             let chunk = chunk.to_vec();
@@ -843,12 +821,11 @@ impl Loop {
             if Some(i) == holder || !heard(rt) {
                 continue;
             }
-            if let Some((demand, _)) = rt.usage.sched_futexes(rt.entry) {
+            if let Some(s) = rt.sched() {
                 // Already-waiting slices were observed; only a change matters now.
-                let val = rt.usage.sched_sample(rt.entry).demand;
                 words.push(WaitWord {
-                    addr: demand,
-                    val,
+                    addr: s.usage.demand_addr(),
+                    val: s.read().demand,
                     private: false,
                 });
                 owners.push(Some(i));
@@ -864,12 +841,12 @@ impl Loop {
             if !heard(rt) {
                 continue;
             }
-            if let Some((_, pending)) = rt.usage.sched_futexes(rt.entry) {
+            if let Some(s) = rt.sched() {
                 words.insert(
                     1,
                     WaitWord {
-                        addr: pending,
-                        val: rt.usage.sched_sample(rt.entry).pending as u32,
+                        addr: s.usage.pending_addr(),
+                        val: s.read().pending_low(),
                         private: false,
                     },
                 );
@@ -881,10 +858,10 @@ impl Loop {
         // holds it is the word left out (the activity check then finds the idle holder).
         if let Some(h) = holder.filter(|&h| heard(&self.rt[h])) {
             let rt = &self.rt[h];
-            if let Some(b) = rt.usage.busy_futex(rt.entry) {
+            if let Some(s) = rt.sched() {
                 words.push(WaitWord {
-                    addr: b,
-                    val: rt.usage.sched_sample(rt.entry).busy as u32,
+                    addr: s.usage.busy_addr(),
+                    val: s.read().busy_low(),
                     private: false,
                 });
                 owners.push(Some(h));

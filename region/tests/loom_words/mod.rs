@@ -22,6 +22,9 @@ impl Word64 for L64 {
     fn add(&self, v: u64, o: Ordering) -> u64 {
         self.0.fetch_add(v, o)
     }
+    fn swap(&self, v: u64, o: Ordering) -> u64 {
+        self.0.swap(v, o)
+    }
 }
 impl Word32 for L32 {
     fn get(&self, o: Ordering) -> u32 {
@@ -35,5 +38,11 @@ impl Word32 for L32 {
     }
     fn put(&self, v: u32, o: Ordering) {
         self.0.store(v, o)
+    }
+    fn cas(&self, c: u32, n: u32, o: Ordering) -> Result<u32, u32> {
+        self.0.compare_exchange(c, n, o, failure_ordering(o))
+    }
+    fn swap(&self, v: u32, o: Ordering) -> u32 {
+        self.0.swap(v, o)
     }
 }
