@@ -25,7 +25,7 @@ const BENCHES: &[(&str, &str, Option<u32>)] = &[
     ),
     (
         "share",
-        "achieved compute shares under guarantees, limits and priority",
+        "achieved compute shares under guarantees, limits and priority; an LLM server's shape",
         None,
     ),
     (
