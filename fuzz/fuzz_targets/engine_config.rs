@@ -70,6 +70,8 @@ fn engine(flags: u8, dir: &Path) -> (Engine, PathBuf) {
                 default_runtime: bit(4),
                 enable_cdi: bit(5),
                 new_version: if bit(6) { 3 } else { 2 },
+                // Both drop-in forms: containerd 1.x's (the CRI table as loaded) and 2.x's.
+                series: Some(if bit(7) { 2 } else { 1 }),
             };
             (Engine::Containerd(o), config)
         }

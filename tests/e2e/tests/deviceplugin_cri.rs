@@ -11,12 +11,12 @@
 //! unix sockets. Then, as kubelet would, it creates the container through CRI with the
 //! RuntimeClass handler `gpuslice` and the environment `Allocate` returned.
 //!
-//! Checked: each GPU advertises its memory less eight measured context charges in 1 GiB units
-//! (73 + 33 with the simulator's H200 costs); Pods of 30, 30 and 40 units go to the A100,
-//! the H100 and the H100, all three running at once, each a slice at the arbiter on exactly that
-//! GPU with exactly that cap; each container sees its cap in `cuDeviceTotalMem`, `cuMemGetInfo`
-//! and NVML, on that GPU (name and UUID), and gets `CUDA_ERROR_OUT_OF_MEMORY` at exactly its
-//! cap; a fourth Pod of 50 is refused by the preferred allocation naming both GPUs' free units; a
+//! Checked: each GPU advertises its memory less eight of its own measured context charges in
+//! 1 GiB units (72 + 32 with the simulator's H200 costs); Pods of 30, 30 and 40 units go to the
+//! A100, the H100 and the H100, all three running at once, each a slice at the arbiter on
+//! exactly that GPU with exactly that cap; each container sees its cap in `cuDeviceTotalMem`,
+//! `cuMemGetInfo` and NVML, on that GPU (name and UUID), and gets `CUDA_ERROR_OUT_OF_MEMORY` at
+//! exactly its cap; a fourth Pod of 50 is refused by the preferred allocation naming both GPUs' free units; a
 //! container whose Pod annotation `gpuslice.io/memory` disagrees with its allocation is refused
 //! at start with the runtime's message and gets no slice; afterwards nothing is left behind, and
 //! the plugin stops on SIGTERM removing its socket.
@@ -125,7 +125,7 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
     );
     // What the plugin must advertise: each GPU's memory less eight of the arbiter's measured
     // per-process charges (the plugin's default reserve), in whole GiB units (76 + 36 when a
-    // context was charged 512 MiB; 73 + 33 with the simulator's H200 costs, 774 MiB).
+    // context was charged 512 MiB; 72 + 32 with the simulator's H200 costs, each GPU its own).
     let (h100_units, a100_units) = (advertised_units(&h100)?, advertised_units(&a100)?);
     let ctd = Containerd::start(
         &bins,
@@ -292,14 +292,22 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
         "{e}"
     );
 
-    // A container whose Pod annotation disagrees with its allocation: refused, no slice.
+    // A container whose Pod annotation disagrees with its allocation: refused, no slice. It is
+    // allocated what one GPU has left (each GPU's units follow its own measured charge) and
+    // annotated one GiB less.
+    let spare = (h100_units - 70).max(a100_units - 30);
+    ensure!(
+        spare >= 2,
+        "only {spare} units left on either GPU for the disagreeing Pod"
+    );
     let got = rt
-        .block_on(kubelet.allocate(&mut allocated, 3))
+        .block_on(kubelet.allocate(&mut allocated, i32::try_from(spare)?))
         .map_err(anyhow::Error::msg)?;
+    let annotated = format!("{}Gi", spare - 1);
     let pod = PodSpec {
         name: "disagrees".into(),
         uid: format!("uid-disagrees-{}", std::process::id()),
-        annotations: vec![("gpuslice.io/memory".into(), "2Gi".into())],
+        annotations: vec![("gpuslice.io/memory".into(), annotated.clone())],
         log_dir: log_dir.clone(),
         handler: "gpuslice".into(),
     };
@@ -317,7 +325,8 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
             let st = client.wait_exited(&id, T)?;
             let out = cri::read_log(&log_dir.join(spec.log_path()))?;
             bail!(
-                "a container with gpuslice.io/memory=2Gi and 3 allocated units started (exit {}):\n{out}",
+                "a container with gpuslice.io/memory={annotated} and {spare} allocated units \
+                 started (exit {}):\n{out}",
                 st.exit_code
             );
         }
@@ -325,8 +334,9 @@ fn device_plugin_to_containers(series: &str) -> Result<()> {
     };
     println!("disagreeing annotation, containerd {series}: {e}");
     ensure!(
-        e.contains("gpuslice.io/memory=\"2Gi\": disagrees with the allocation")
-            && e.contains("3Gi"),
+        e.contains(&format!(
+            "gpuslice.io/memory=\"{annotated}\": disagrees with the allocation"
+        )) && e.contains(&format!("{spare}Gi")),
         "the refusal does not say why: {e}"
     );
     let ids: BTreeSet<&str> = placed.iter().map(|p| p.id.as_str()).collect();
