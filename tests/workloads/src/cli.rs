@@ -326,12 +326,11 @@ fn bursty(s: &Session, kernel_us: u64, rate: f64, seconds: f64) -> Result<()> {
         next += period;
     }
     lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
     println!(
         "requests={} p50_ms={:.3} p99_ms={:.3} max_ms={:.3}",
         lat.len(),
-        pct(0.5),
-        pct(0.99),
+        crate::stats::percentile(&lat, 0.5),
+        crate::stats::percentile(&lat, 0.99),
         lat[lat.len() - 1]
     );
     Ok(())

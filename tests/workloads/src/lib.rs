@@ -10,3 +10,4 @@ pub mod nvml_view;
 pub mod quantity;
 pub mod serve;
 pub mod session;
+pub mod stats;

@@ -12,6 +12,7 @@
 //! the fraction of the device the server's kernels took.
 
 use crate::session::Session;
+use crate::stats::percentile;
 use anyhow::{bail, Result};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -79,21 +80,6 @@ struct Tally {
     served: u64,
     steps: u64,
     prefill_tokens: u64,
-}
-
-fn pct(xs: &mut [f64], p: f64) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    xs.sort_by(f64::total_cmp);
-    // Rounded index of a fraction of a short list: within range by construction.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let i = ((xs.len() - 1) as f64 * p).round() as usize;
-    xs[i.min(xs.len() - 1)]
 }
 
 /// The `serve` command.
@@ -169,7 +155,9 @@ fn report(shape: Shape, t: &mut Tally, elapsed: f64) {
     let busy_s = (t.steps as f64 * step_ms
         + (t.prefill_tokens * shape.prefill_us_per_token) as f64 / 1e3)
         / 1e3;
-    let itl_max = t.itl_ms.iter().copied().fold(0.0, f64::max);
+    t.ttft_ms.sort_by(f64::total_cmp);
+    t.itl_ms.sort_by(f64::total_cmp);
+    let itl_max = t.itl_ms.last().copied().unwrap_or(0.0);
     println!(
         "requests={} tokens={} elapsed_s={elapsed:.3} tokens_per_s={:.1} ttft_p50_ms={:.3} \
          ttft_p99_ms={:.3} itl_p50_ms={:.3} itl_p99_ms={:.3} itl_max_ms={itl_max:.3} steps={} \
@@ -177,10 +165,10 @@ fn report(shape: Shape, t: &mut Tally, elapsed: f64) {
         t.served,
         t.tokens,
         t.tokens as f64 / elapsed,
-        pct(&mut t.ttft_ms, 0.5),
-        pct(&mut t.ttft_ms, 0.99),
-        pct(&mut t.itl_ms, 0.5),
-        pct(&mut t.itl_ms, 0.99),
+        percentile(&t.ttft_ms, 0.5),
+        percentile(&t.ttft_ms, 0.99),
+        percentile(&t.itl_ms, 0.5),
+        percentile(&t.itl_ms, 0.99),
         t.steps,
         busy_s / elapsed,
     );
@@ -203,12 +191,5 @@ mod tests {
         assert!(a.iter().all(|r| (PROMPT.0..=PROMPT.1).contains(&r.prompt)
             && (OUTPUT.0..=OUTPUT.1).contains(&r.output)));
         assert!(a.windows(2).all(|w| w[0].arrival_s < w[1].arrival_s));
-    }
-
-    #[test]
-    fn percentiles_of_nothing_are_nan_and_of_one_are_it() {
-        assert!(pct(&mut [], 0.99).is_nan());
-        assert_eq!(pct(&mut [3.0], 0.99), 3.0);
-        assert_eq!(pct(&mut [5.0, 1.0, 3.0], 0.5), 3.0);
     }
 }

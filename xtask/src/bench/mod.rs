@@ -65,3 +65,12 @@ pub fn run(list: bool, name: Option<&str>, args: &[String]) -> Result<()> {
 pub(crate) const ENGINES: [&str; 2] = ["timeslice", "kernel"];
 
 pub(crate) use host::uptime;
+
+/// `key=value` of a `gpuslice-workload` output line, as a number.
+pub(crate) fn gpuslice_field(text: &str, key: &str) -> Option<f64> {
+    let prefix = format!("{key}=");
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(&prefix))?
+        .parse()
+        .ok()
+}

@@ -56,20 +56,12 @@ fn contend(node: &SimNode, us: u64) -> Result<(f64, f64, f64)> {
     let proc_share = |p: &str| {
         text.lines()
             .find(|l| l.starts_with(p))
-            .and_then(|l| gpuslice_field(l, "share"))
+            .and_then(|l| super::gpuslice_field(l, "share"))
             .unwrap_or(f64::NAN)
     };
     Ok((
         proc_share("proc=0"),
         proc_share("proc=1"),
-        gpuslice_field(&text, "total_share").unwrap_or(f64::NAN),
+        super::gpuslice_field(&text, "total_share").unwrap_or(f64::NAN),
     ))
-}
-
-fn gpuslice_field(text: &str, key: &str) -> Option<f64> {
-    let prefix = format!("{key}=");
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(&prefix))?
-        .parse()
-        .ok()
 }

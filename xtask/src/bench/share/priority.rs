@@ -5,10 +5,7 @@ use crate::bench::{loadavg, HostCpu};
 use anyhow::Result;
 use std::time::Duration;
 pub(super) fn p99_of(out: &str) -> f64 {
-    out.split_whitespace()
-        .find_map(|kv| kv.strip_prefix("p99_ms="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
+    crate::bench::gpuslice_field(out, "p99_ms").unwrap_or(f64::NAN)
 }
 
 /// Seconds of requests per priority run: 50/s × 20 s = 1000 requests, so the p99 is the 10th

@@ -18,12 +18,9 @@ const SECS: f64 = 10.0;
 /// Issue #36's goal for the high-priority server: p99 inter-token latency within alone + 0.5 ms.
 const GOAL_MS: f64 = 0.5;
 
-/// `key=` of a workload's output line, or NaN.
-pub(crate) fn field(out: &str, key: &str) -> f64 {
-    out.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
+/// `key=` of a workload's output line, or NaN (printed as such in the table).
+fn field(out: &str, key: &str) -> f64 {
+    crate::bench::gpuslice_field(out, key).unwrap_or(f64::NAN)
 }
 
 fn server(device: u32) -> Vec<String> {
