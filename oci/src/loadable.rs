@@ -1,8 +1,10 @@
 //! Whether the interposer can be preloaded in a container's image, decided before anything runs
-//! in it: the dynamic loader refuses a preload whose needed symbol versions its libraries lack
-//! (an image whose glibc is older than the interposer's build, `docs/install.md`), and then
-//! starts the program **without** the interposer — a container that asked for a slice would run
-//! uncapped. So every library the interposer needs versions from (`libc.so.6`, `libgcc_s.so.1`,
+//! in it. What the loader does otherwise depends on the failure: a preload it cannot open or
+//! map (a missing file, another architecture) is skipped with a warning and the program runs
+//! **without** the interposer, uncapped; a glibc older than the interposer's needs stops every
+//! program of the container with "version `GLIBC_2.34' not found" (measured in a Debian 11
+//! image: `tests/reliability/tests/old_glibc.rs`); a musl or static program ignores it. So every
+//! library the interposer needs versions from (`libc.so.6`, `libgcc_s.so.1`,
 //! the loader…) is looked up in the image's system library directories and its version
 //! definitions read; a missing library, a missing version or another architecture refuses the
 //! container, with a message naming the image's glibc and the floor.
@@ -65,7 +67,8 @@ pub enum LoadError {
     NoGlibc,
     /// A library the interposer needs is not in the image.
     #[error(
-        "the image lacks {lib} (searched /{}), which the interposer needs (image glibc {glibc})",
+        "the image lacks {lib} (searched /{}), which the interposer needs (image glibc: symbol \
+         versions up to GLIBC_{glibc})",
         LIB_DIRS.join(", /")
     )]
     MissingLibrary {
@@ -86,13 +89,14 @@ pub enum LoadError {
     },
     /// A library lacks versions the interposer needs: the image's glibc is too old.
     #[error(
-        "the image's glibc is {glibc} ({path}), which lacks {missing} that the interposer needs \
-         (gpuslice's floor is glibc {FLOOR})"
+        "the image's glibc ({path}, symbol versions up to GLIBC_{glibc}) lacks {missing} that \
+         the interposer needs (gpuslice's floor is glibc {FLOOR})"
     )]
     TooOld {
         /// The library, inside the image.
         path: String,
-        /// The image's glibc release.
+        /// The newest `GLIBC_x.y` its `libc.so.6` defines (a release without new symbols,
+        /// such as 2.31, shows as the one before).
         glibc: String,
         /// The versions it lacks, with a symbol needing each: `GLIBC_2.34 (dlopen)`.
         missing: String,
@@ -127,7 +131,7 @@ pub fn check(rootfs: &Path, interposer: &Path) -> Result<Verdict, LoadError> {
     let needs = version_needs(&ours).map_err(interposer_err)?;
     let (libc_path, libc) = find(rootfs, "libc.so.6", our_machine)?.ok_or(LoadError::NoGlibc)?;
     let glibc = libc.newest_glibc();
-    let shown = glibc.map_or_else(|| "of unknown release".to_string(), |g| g.to_string());
+    let shown = glibc.map_or_else(|| "?".to_string(), |g| g.to_string());
     let mut files: Vec<&str> = needs.iter().map(|n| n.file.as_str()).collect();
     files.dedup();
     for file in files {

@@ -211,7 +211,7 @@ fn python() -> Result<String> {
         && is_root()
         && Path::new("/usr/bin/apt-get").exists()
     {
-        eprintln!("clients: {python} lacks venv/ensurepip: installing python3-venv");
+        eprintln!("venv: {python} lacks venv/ensurepip: installing python3-venv");
         exec(Command::new("apt-get").args(["-q", "update"]))?;
         exec(
             Command::new("apt-get")
@@ -226,7 +226,7 @@ fn python() -> Result<String> {
         );
     };
     eprintln!(
-        "clients: Python {} ({python})",
+        "venv: Python {} ({python})",
         String::from_utf8_lossy(&out.stdout).trim()
     );
     Ok(python)
