@@ -25,6 +25,7 @@ use gpuslice_api::protocol::{ResponseEnvelope, SOCKET_NAME};
 use gpuslice_api::{AssignedDevice, Config, Request, RequestEnvelope, Response};
 use gpuslice_oci::select::{select, Selection};
 use gpuslice_oci::spec::SpecDoc;
+use gpuslice_oci::elf_versions::minimal_elf;
 use gpuslice_oci::{prepare_bundle, Outcome, Settings};
 use libfuzzer_sys::fuzz_target;
 
@@ -105,7 +106,8 @@ fn world() -> &'static World {
         }
         let interposer = root.join("libgpuslice.so");
         let hook = root.join("gpuslice-hook");
-        std::fs::write(&interposer, b"").expect("interposer");
+        // A header-only x86-64 ELF: the image check (`gpuslice_oci::loadable`) reads it.
+        std::fs::write(&interposer, minimal_elf(62)).expect("interposer");
         std::fs::write(&hook, b"").expect("hook");
         let listener = UnixListener::bind(state.join(SOCKET_NAME)).expect("bind fake arbiter");
         std::thread::spawn(move || serve(listener, slice_dir));

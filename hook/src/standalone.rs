@@ -9,9 +9,10 @@
 //!    → nothing to do;
 //! 3. devices: an explicit `gpuslice.io/devices` / `GPUSLICE_DEVICES` wins, else the GPUs the
 //!    CDI devices injected (`GPUSLICE_CDI_GPU_<index>=<UUID>`), else the arbiter places one;
-//! 4. admit with the arbiter (idempotent: a rerun finds the slice `existing`);
-//! 5. mount the slice into the container's mount namespace ([`crate::nsmount`]);
-//! 6. bind the container's pid and cgroup.
+//! 4. refuse an image the interposer cannot be preloaded in (`gpuslice_oci::loadable`);
+//! 5. admit with the arbiter (idempotent: a rerun finds the slice `existing`);
+//! 6. mount the slice into the container's mount namespace ([`crate::nsmount`]);
+//! 7. bind the container's pid and cgroup.
 //!
 //! A failure after admission releases the slice (only one this call created) and fails the
 //! container. With `fail = "open"` and the arbiter unreachable, the container starts and the
@@ -23,6 +24,7 @@ use anyhow::{anyhow, Context, Result};
 use gpuslice_api::request::{DeviceRef, DeviceSelector};
 use gpuslice_api::Owner;
 use gpuslice_oci::client::{BindResult, Client, ClientError};
+use gpuslice_oci::prepare::check_mounted_image;
 use gpuslice_oci::select::{select, Selection};
 use gpuslice_oci::spec::SpecDoc;
 use gpuslice_oci::Settings;
@@ -100,6 +102,8 @@ pub fn create(
         .root_path()
         .map(|r| if r.is_absolute() { r } else { bundle.join(r) })
         .ok_or_else(|| anyhow!("{}: no root.path", bundle.join("config.json").display()))?;
+    // Fail closed before admission: an image the interposer cannot load in must not run.
+    check_mounted_image(bundle, settings).map_err(|e| anyhow!("container {id}: {e}"))?;
     let mut client = match Client::connect(&settings.state_dir, settings.timeout) {
         Ok(c) => c,
         Err(e @ ClientError::Unreachable { .. }) if settings.fail_open() => {

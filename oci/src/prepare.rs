@@ -17,6 +17,7 @@ use crate::client::{Admission, Client, ClientError};
 use crate::devices::{nodes_for, DeviceError};
 use crate::edit::{apply, EditError, Plan, CONTAINER_INTERPOSER, PRELOAD_FILE};
 use crate::ident::slice_id_for;
+use crate::loadable::{check, LoadError};
 use crate::preload::{merge, read_image_preload};
 use crate::select::{select, SelectError, Selection};
 use crate::settings::Settings;
@@ -84,6 +85,44 @@ pub enum PrepareError {
     /// An edit failed.
     #[error(transparent)]
     Edit(#[from] EditError),
+    /// The interposer cannot be preloaded in the image: the container would run unenforced.
+    #[error("image {image}: the interposer cannot be preloaded, refusing the container: {source}")]
+    Unloadable {
+        /// The image's name (CRI annotation) or its root filesystem.
+        image: String,
+        /// Why.
+        #[source]
+        source: LoadError,
+    },
+}
+
+/// Annotations that name a container's image (CRI, then the OCI image spec's).
+const IMAGE_ANNOTATIONS: [&str; 2] = [
+    "io.kubernetes.cri.image-name",
+    "org.opencontainers.image.ref.name",
+];
+
+/// Refuses an image the interposer cannot load in (`crate::loadable`); an unmounted root
+/// filesystem (the shim's Create) is checked later, by [`crate::late_preload`]'s caller.
+pub fn check_image(doc: &SpecDoc, bundle: &Path, interposer: &Path) -> Result<(), PrepareError> {
+    let Some(root) = doc.root_path() else {
+        return Ok(());
+    };
+    let root = rootfs(bundle, &root);
+    check(&root, interposer).map(|_| ()).map_err(|source| {
+        let notes = doc.annotations();
+        let image = IMAGE_ANNOTATIONS
+            .iter()
+            .find_map(|k| notes.get(*k))
+            .map_or_else(
+                || {
+                    let shown = std::path::absolute(&root).unwrap_or_else(|_| root.clone());
+                    shown.display().to_string()
+                },
+                |n| format!("\"{n}\""),
+            );
+        PrepareError::Unloadable { image, source }
+    })
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PrepareError + '_ {
@@ -98,6 +137,24 @@ fn arbiter_down(e: &ClientError) -> bool {
         e,
         ClientError::Unreachable { .. } | ClientError::Protocol { .. }
     )
+}
+
+/// [`check_image`] on a bundle whose root filesystem is mounted now (the shim, after runc-v2's
+/// Create, before anything runs in the container).
+pub fn check_mounted_image(bundle: &Path, settings: &Settings) -> Result<(), PrepareError> {
+    let path = config_path(bundle);
+    let doc = SpecDoc::parse(&std::fs::read(&path).map_err(io_err(&path))?)?;
+    let interposer = interposer_of(settings)?;
+    check_image(&doc, bundle, &interposer)
+}
+
+/// The interposer's canonical host path; missing is an error naming the setting.
+fn interposer_of(settings: &Settings) -> Result<PathBuf, PrepareError> {
+    std::fs::canonicalize(&settings.interposer).map_err(|_| PrepareError::Missing {
+        what: "interposer",
+        path: settings.interposer.clone(),
+        hint: "config key `interposer`, default ../lib/gpuslice/libgpuslice.so next to the executable",
+    })
 }
 
 /// Prepares `bundle` for container `container_id`. Warnings (fail-open, unreadable image preload)
@@ -116,18 +173,14 @@ pub fn prepare_bundle(
         Selection::Sandbox => return Ok(Outcome::Unchanged("Kubernetes sandbox")),
         Selection::Slice(r, asked) => (r, asked),
     };
-    let interposer = std::fs::canonicalize(&settings.interposer).map_err(|_| {
-        PrepareError::Missing {
-            what: "interposer",
-            path: settings.interposer.clone(),
-            hint: "config key `interposer`, default ../lib/gpuslice/libgpuslice.so next to the executable",
-        }
-    })?;
+    let interposer = interposer_of(settings)?;
     let hook = std::fs::canonicalize(&settings.hook).map_err(|_| PrepareError::Missing {
         what: "hook",
         path: settings.hook.clone(),
         hint: "config key `runtime.hook`, default gpuslice-hook next to the executable",
     })?;
+    // Before admission: a refused image leaves no slice behind.
+    check_image(&doc, bundle, &interposer)?;
     let slice_id = slice_id_for(container_id);
     let owner = Owner {
         container_id: Some(container_id.to_string()),

@@ -6,6 +6,7 @@
 //! environment), that every argument reaches it unchanged, and that a container asking for
 //! nothing reaches it byte for byte (docs/nvidia-toolkit.md).
 
+use gpuslice_oci::elf_versions::minimal_elf;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -32,7 +33,8 @@ impl Node {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("state")).unwrap();
         std::fs::create_dir_all(dir.join("nvbin")).unwrap();
-        std::fs::write(dir.join("libgpuslice.so"), b"fake").unwrap();
+        // A header-only x86-64 ELF: the create-time check reads what the interposer needs.
+        std::fs::write(dir.join("libgpuslice.so"), minimal_elf(62)).unwrap();
         std::fs::write(dir.join("gpuslice-hook"), b"fake").unwrap();
         let standin = dir.join("nvbin/nvidia-container-runtime");
         std::fs::write(
@@ -86,6 +88,9 @@ exit 0
     fn bundle(&self, name: &str, extra: &[(&str, &str)]) -> PathBuf {
         let b = self.dir.join(name);
         std::fs::create_dir_all(b.join("rootfs/etc")).unwrap();
+        // A glibc image: the interposer can be preloaded in it.
+        std::fs::create_dir_all(b.join("rootfs/lib64")).unwrap();
+        std::fs::write(b.join("rootfs/lib64/libc.so.6"), minimal_elf(62)).unwrap();
         let mut spec = nvidia_spec();
         for (k, v) in extra {
             spec["annotations"][*k] = json!(v);

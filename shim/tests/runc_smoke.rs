@@ -5,6 +5,7 @@
 //! writable, `/etc/ld.so.preload` is merged, `GPUSLICE_SLICE_DIR` is set; and afterwards the
 //! slice is gone.
 
+use gpuslice_oci::elf_versions::minimal_elf;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -31,7 +32,10 @@ fn real_runc_sees_read_only_limits_and_writable_usage() {
         std::os::unix::fs::symlink("busybox", bundle.join("rootfs/bin").join(a)).unwrap();
     }
     std::fs::write(bundle.join("rootfs/etc/ld.so.preload"), "/lib/image.so\n").unwrap();
-    std::fs::write(dir.join("libgpuslice.so"), b"fake").unwrap();
+    std::fs::write(dir.join("libgpuslice.so"), minimal_elf(62)).unwrap();
+    // The create-time check wants a glibc in the image (busybox is static and ignores it).
+    std::fs::create_dir_all(bundle.join("rootfs/lib64")).unwrap();
+    std::fs::write(bundle.join("rootfs/lib64/libc.so.6"), minimal_elf(62)).unwrap();
     let hook = PathBuf::from(BIN).with_file_name("gpuslice-hook");
     assert!(hook.exists(), "build gpuslice-hook first");
     // The arbiter here has no scheduler, so it creates no region files: a wrapper adds them

@@ -3,6 +3,7 @@
 //! and bundles on disk. Covers pass-through (argv identical, config.json byte-for-byte
 //! unchanged), edits, and every failure path leaving nothing behind.
 
+use gpuslice_oci::elf_versions::minimal_elf;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -26,7 +27,8 @@ impl Node {
         let dir = std::env::temp_dir().join(format!("gs-h9-rt-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("state")).unwrap();
-        std::fs::write(dir.join("libgpuslice.so"), b"fake").unwrap();
+        // A header-only x86-64 ELF: the create-time check reads what the interposer needs.
+        std::fs::write(dir.join("libgpuslice.so"), minimal_elf(62)).unwrap();
         std::fs::write(dir.join("gpuslice-hook"), b"fake").unwrap();
         let fake = dir.join("fake-runc");
         std::fs::write(
@@ -64,6 +66,9 @@ impl Node {
     fn bundle(&self, name: &str, annotations: Value, env: &[&str]) -> PathBuf {
         let b = self.dir.join(name);
         std::fs::create_dir_all(b.join("rootfs/etc")).unwrap();
+        // A glibc image: the interposer can be preloaded in it.
+        std::fs::create_dir_all(b.join("rootfs/lib64")).unwrap();
+        std::fs::write(b.join("rootfs/lib64/libc.so.6"), minimal_elf(62)).unwrap();
         let spec = json!({
             "ociVersion": "1.0.2",
             "process": {"args": ["sh"], "cwd": "/", "env": env},
@@ -450,6 +455,46 @@ fn missing_interposer_fails_before_admission() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("interposer"), "{}", stderr(&o));
     assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
+}
+
+/// Fail closed: an image the interposer cannot be preloaded in (no glibc, another architecture)
+/// is refused before admission, naming the image and the reason; the low-level runtime never
+/// runs. `fail = "open"` does not open this: it is about the arbiter, not the image.
+#[test]
+fn an_image_the_interposer_cannot_load_in_is_refused() {
+    for (tag, config) in [("noload", ""), ("noload-open", "fail = \"open\"")] {
+        let n = Node::new(tag, tag == "noload", config);
+        let asked = json!({
+            "gpuslice.io/memory": "1Gi",
+            "io.kubernetes.cri.image-name": "docker.io/library/alpine:3.20"
+        });
+        let b = n.bundle("b", asked, &[]);
+        std::fs::remove_file(b.join("rootfs/lib64/libc.so.6")).unwrap();
+        let o = n.run(&b, &["create", "c-noload"]);
+        assert_eq!(o.status.code(), Some(1));
+        let e = stderr(&o);
+        assert!(
+            e.contains("image \"docker.io/library/alpine:3.20\": the interposer cannot be preloaded, refusing the container: the image has no glibc"),
+            "{e}"
+        );
+        assert!(!n.dir.join("argv").exists(), "the low-level runtime ran");
+        assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
+        // Another architecture's libc; no image annotation: the root filesystem is named.
+        let b = n.bundle("arm", json!({"gpuslice.io/memory": "1Gi"}), &[]);
+        std::fs::write(b.join("rootfs/lib64/libc.so.6"), minimal_elf(183)).unwrap();
+        let o = n.run(&b, &["create", "c-arm"]);
+        assert_eq!(o.status.code(), Some(1));
+        let e = stderr(&o);
+        assert!(
+            e.contains(&format!("image {}", b.join("rootfs").display())),
+            "{e}"
+        );
+        assert!(
+            e.contains("/lib64/libc.so.6 in the image is for ELF machine 183"),
+            "{e}"
+        );
+        assert_eq!((n.slices(), n.slice_dirs()), (0, 0));
+    }
 }
 
 /// The slice's owner as the arbiter holds it.

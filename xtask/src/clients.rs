@@ -211,7 +211,7 @@ fn python() -> Result<String> {
         && is_root()
         && Path::new("/usr/bin/apt-get").exists()
     {
-        eprintln!("clients: {python} lacks venv/ensurepip: installing python3-venv");
+        eprintln!("venv: {python} lacks venv/ensurepip: installing python3-venv");
         exec(Command::new("apt-get").args(["-q", "update"]))?;
         exec(
             Command::new("apt-get")
@@ -226,14 +226,26 @@ fn python() -> Result<String> {
         );
     };
     eprintln!(
-        "clients: Python {} ({python})",
+        "venv: Python {} ({python})",
         String::from_utf8_lossy(&out.stdout).trim()
     );
     Ok(python)
 }
 
-/// Makes (or reuses) the virtual environment; returns the pins it holds.
+/// Makes (or reuses) the clients' virtual environment; returns the pins it holds.
 fn ensure_venv(venv: &Path, requirements: &Path) -> Result<Vec<String>> {
+    let pinned = pinned_venv(venv, requirements)?;
+    Ok(["cuda-bindings", "numba-cuda", "nvidia-ml-py", "pytest"]
+        .iter()
+        .filter_map(|n| pinned.iter().find(|p| p.starts_with(&format!("{n}=="))))
+        .cloned()
+        .collect())
+}
+
+/// Makes (or reuses) a virtual environment holding exactly the pins of `requirements` (binary
+/// wheels only); returns them. Used by the clients suite and by the zig linker tools
+/// ([`crate::zig`]).
+pub fn pinned_venv(venv: &Path, requirements: &Path) -> Result<BTreeSet<String>> {
     let wanted = fs::read_to_string(requirements)
         .with_context(|| format!("reading {}", requirements.display()))?;
     let pinned = pins(&wanted)?;
@@ -249,10 +261,10 @@ fn ensure_venv(venv: &Path, requirements: &Path) -> Result<Vec<String>> {
         py.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(stamp_text.as_str());
     loop {
         if reuse {
-            eprintln!("clients: reusing {}", venv.display());
+            eprintln!("venv: reusing {}", venv.display());
         } else {
             eprintln!(
-                "clients: creating {} from {}",
+                "venv: creating {} from {}",
                 venv.display(),
                 requirements.display()
             );
@@ -271,7 +283,12 @@ fn ensure_venv(venv: &Path, requirements: &Path) -> Result<Vec<String>> {
                     ])
                     .arg(requirements),
             )
-            .context("installing the pinned clients (pip's default index must be reachable)")?;
+            .with_context(|| {
+                format!(
+                    "installing the pins of {} (pip's default index must be reachable)",
+                    requirements.display()
+                )
+            })?;
         }
         // What is installed is exactly what is pinned: no unpinned dependency slipped in, and
         // a reused environment was not changed by hand.
@@ -281,10 +298,7 @@ fn ensure_venv(venv: &Path, requirements: &Path) -> Result<Vec<String>> {
         }
         let _ = fs::remove_file(&stamp);
         if reuse {
-            eprintln!(
-                "clients: {} differs from its pins: rebuilding",
-                venv.display()
-            );
+            eprintln!("venv: {} differs from its pins: rebuilding", venv.display());
             reuse = false;
             continue;
         }
@@ -297,11 +311,7 @@ fn ensure_venv(venv: &Path, requirements: &Path) -> Result<Vec<String>> {
         );
     }
     fs::write(&stamp, &stamp_text).with_context(|| format!("writing {}", stamp.display()))?;
-    Ok(["cuda-bindings", "numba-cuda", "nvidia-ml-py", "pytest"]
-        .iter()
-        .filter_map(|n| pinned.iter().find(|p| p.starts_with(&format!("{n}=="))))
-        .cloned()
-        .collect())
+    Ok(pinned)
 }
 
 /// The `name==version` lines of `pip freeze`, normalised.

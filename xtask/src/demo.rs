@@ -38,7 +38,7 @@ const RUNS: [&str; 6] = [
 /// workspace Cargo.toml), into `target/demo-dist/`, so a fresh clone reaches the demo quickly;
 /// `target/dist/` stays the release tree of `cargo xtask dist`.
 fn build() -> Result<PathBuf> {
-    dist::build_part("demo", "demo-dist", &RUNS)
+    dist::build_part("demo", "demo-dist", &RUNS, dist::Link::Host)
 }
 
 /// Whether a real NVIDIA driver is present on this machine.

@@ -2,8 +2,10 @@
 //! `usr/bin/{gpuslice,gpuslice-arbiter,gpuslice-hook,gpuslice-runtime,containerd-shim-gpuslice-v2,
 //! gpuslice-kubelet-plugin}`,
 //! `usr/lib/gpuslice/libgpuslice.so`, `sim/libcuda.so.1`, `sim/libnvidia-ml.so.1`.
+//! Every ELF of it is linked against glibc 2.17 ([`crate::zig`]).
 
 use crate::shell::{cargo, exec, target_dir};
+use crate::zig;
 use anyhow::{Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -61,15 +63,24 @@ const FILES: [(&str, &str, &str); 10] = [
     ),
 ];
 
+/// How a tree is linked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Against glibc 2.17 by zig: what ships (and travels to other machines).
+    Floor,
+    /// By the host's toolchain against the host's glibc: runs here only (`cargo xtask demo`).
+    Host,
+}
+
 /// Build everything in release mode and copy it into `target/dist`. Returns the dist root.
 pub fn run() -> Result<PathBuf> {
-    build("release", "dist", &FILES)
+    build("release", "dist", &FILES, Link::Floor)
 }
 
 /// Build only the files at `paths` (paths under the dist root) with cargo profile `profile`,
 /// laid out as in the dist tree in a fresh `target/<dir>`: a partial tree for a command that
 /// runs a few of the binaries (`cargo xtask demo`, `cargo xtask gpu-kit`). Returns its root.
-pub fn build_part(profile: &str, dir: &str, paths: &[&str]) -> Result<PathBuf> {
+pub fn build_part(profile: &str, dir: &str, paths: &[&str], link: Link) -> Result<PathBuf> {
     let files = paths
         .iter()
         .map(|p| {
@@ -83,20 +94,25 @@ pub fn build_part(profile: &str, dir: &str, paths: &[&str]) -> Result<PathBuf> {
     if root.exists() {
         fs::remove_dir_all(&root).with_context(|| format!("clearing {}", root.display()))?;
     }
-    build(profile, dir, &files)
+    build(profile, dir, &files, link)
 }
 
-fn build(profile: &str, dir: &str, files: &[(&str, &str, &str)]) -> Result<PathBuf> {
+fn build(profile: &str, dir: &str, files: &[(&str, &str, &str)], link: Link) -> Result<PathBuf> {
     let mut packages: Vec<&str> = files.iter().map(|f| f.0).collect();
     packages.sort_unstable();
     packages.dedup();
-    let mut cmd = cargo();
-    cmd.args(["build", "--profile", profile]);
+    let (mut cmd, built) = match link {
+        Link::Floor => (zig::build(profile)?, zig::out_dir(profile)),
+        Link::Host => {
+            let mut c = cargo();
+            c.args(["build", "--profile", profile]);
+            (c, target_dir().join(profile))
+        }
+    };
     for p in packages {
         cmd.args(["-p", p]);
     }
     exec(&mut cmd)?;
-    let built = target_dir().join(profile);
     let root = target_dir().join(dir);
     for (_, from, to) in files {
         copy(&built.join(from), &root.join(to))?;

@@ -50,7 +50,7 @@ pub fn prepare(sim: bool) -> Result<PathBuf> {
         .copied()
         .collect();
     // The profile's output directory is `target/gpu-kit`; the tree is its `tree/`.
-    let tree = dist::build_part(DIR, &format!("{DIR}/tree"), &paths)?;
+    let tree = dist::build_part(DIR, &format!("{DIR}/tree"), &paths, dist::Link::Floor)?;
     for s in SCRIPTS {
         copy(&root().join("tests/gpu").join(s), &tree.join("kit").join(s))?;
     }

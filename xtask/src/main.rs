@@ -16,6 +16,7 @@ mod bench;
 mod clients;
 mod demo;
 mod dist;
+mod elf_floor;
 mod fuzz;
 mod gen_procaddr;
 mod gpu_kit;
@@ -24,6 +25,7 @@ mod package;
 mod shell;
 mod simenv;
 mod suites;
+mod zig;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -40,8 +42,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build release binaries and lay out target/dist/ (usr/bin, usr/lib/gpuslice, sim/).
+    /// Build release binaries (linked against glibc 2.17 by zig) and lay out target/dist/
+    /// (usr/bin, usr/lib/gpuslice, sim/).
     Dist,
+    /// Check that no ELF file under DIR needs a glibc symbol version above 2.17 (the floor
+    /// `cargo xtask test dist` holds target/dist to).
+    ElfFloor {
+        /// The tree to check.
+        dir: std::path::PathBuf,
+    },
     /// Build the node image (packaging/kubernetes) as an OCI archive: a base image's OCI
     /// layout plus the dist tree's usr/bin and usr/lib/gpuslice, no container engine needed.
     Image {
@@ -124,6 +133,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Dist => dist::run().map(|_| ()),
+        Command::ElfFloor { dir } => elf_floor::check(&dir, &dir.display().to_string()),
         Command::Package { dist } => package::run(dist.as_deref()).map(|_| ()),
         Command::Image {
             base,

@@ -85,7 +85,9 @@ const SUITES: &[Suite] = &[
     Suite {
         name: "dist",
         about:
-            "cargo xtask dist yields the whole design-brief tree; unbuilt binaries refuse to run",
+            "cargo xtask dist yields the whole design-brief tree, every ELF of it linked against \
+             glibc 2.17 by zig (the tools installed first) and none needing a newer symbol \
+             version; unbuilt binaries refuse to run",
         needs_root: false,
         run: dist_suite,
     },
@@ -344,6 +346,7 @@ fn gpu_kit() -> Result<()> {
     // The travelling tree itself (over 32 MiB fails here), with the simulator for the dry run,
     // which runs with every kernel fallback forced (docs/kernels.md) on a simulated CUDA 13.0.
     let kit = crate::gpu_kit::prepare(true)?;
+    crate::elf_floor::check(&kit, "gpu-kit")?;
     crate::shell::exec_quoting_last_error(
         Command::new("bash")
             .arg(crate::shell::root().join("tests/gpu/test_dry_run.sh"))
@@ -424,6 +427,8 @@ fn dist_suite() -> Result<()> {
         "dist: all {} design-brief paths present",
         dist::expected_paths().len()
     );
+    // The glibc floor: nothing shipped needs a symbol version above glibc 2.17.
+    crate::elf_floor::check(&root, "dist")?;
     // Nothing pretends to work: each product binary either answers --help or refuses to run.
     for b in dist::BINARIES {
         let path = root.join("usr/bin").join(b);

@@ -587,8 +587,17 @@ pub unsafe extern "C" fn cuMemExportToShareableHandle(
             }
         };
         let bytes = rec.to_bytes();
+        // The system call, not glibc's wrapper (2.27+): the simulator is built against glibc 2.17
+        // like everything shipped (xtask/src/zig.rs).
         // SAFETY: a valid NUL-terminated name; memfd_create has no other preconditions.
-        let fd = unsafe { libc::memfd_create(c"gpuslice-sim-vmm".as_ptr(), libc::MFD_CLOEXEC) };
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_memfd_create,
+                c"gpuslice-sim-vmm".as_ptr(),
+                libc::MFD_CLOEXEC,
+            )
+        };
+        let fd = libc::c_int::try_from(ret).unwrap_or(-1);
         if fd < 0 {
             return Err(CUDA_ERROR_OPERATING_SYSTEM);
         }

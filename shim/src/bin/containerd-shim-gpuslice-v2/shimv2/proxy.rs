@@ -10,6 +10,9 @@
 //!   `CreateTaskResponse`) and cgroup.
 //!   After runc-v2's Create the image's own `/etc/ld.so.preload` entries are merged into the
 //!   slice's preload file ([`gpuslice_oci::late_preload`]).
+//!   The image is then checked for the interposer's needs ([`gpuslice_oci::loadable`]: the
+//!   root filesystem was not mounted at the bundle step); an image it cannot load in gets the
+//!   container deleted, the slice released and the Create refused.
 //! * `Delete` of a container (no exec id) that this proxy admitted: after runc-v2 deleted it, the
 //!   slice is released. Should the proxy die first, the arbiter's reclaim releases the slice once
 //!   the bound process and cgroup are gone.
@@ -32,7 +35,7 @@ use containerd_shim::protos::ttrpc::{
 use super::upstream::socket_path;
 use gpuslice_oci::late_preload::merge_after_create;
 use gpuslice_oci::lifecycle::bind_pid;
-use gpuslice_oci::prepare::release;
+use gpuslice_oci::prepare::{check_mounted_image, release};
 use gpuslice_oci::{prepare_bundle, Outcome, Settings};
 
 /// Environment of the proxy process: runc-v2's address.
@@ -200,11 +203,18 @@ impl Proxy {
                     "create {}: slice \"{slice_id}\" admitted",
                     c.id
                 ));
+                let like = req.clone();
                 let r = self.forward(req);
                 if is_ok(&r) {
                     self.bind(&settings, &c.id, &slice_id, &r);
                     if let Ok(mut m) = self.admitted.lock() {
                         m.insert(c.id.clone(), slice_id);
+                    }
+                    // Fail closed on an image the interposer cannot load in, now that it is
+                    // mounted: the container is deleted and its slice released.
+                    if let Err(e) = check_mounted_image(Path::new(&c.bundle), &settings) {
+                        self.undo_create(&c.id, like);
+                        return refuse(e.to_string());
                     }
                     // runc-v2 has mounted the root filesystem now; nothing has run in it yet.
                     match merge_after_create(Path::new(&c.bundle), &settings.state_dir) {
@@ -236,7 +246,15 @@ impl Proxy {
                     "create {}: started without a slice (fail open)",
                     c.id
                 ));
-                self.forward(req)
+                let like = req.clone();
+                let r = self.forward(req);
+                if is_ok(&r) {
+                    if let Err(e) = check_mounted_image(Path::new(&c.bundle), &settings) {
+                        self.undo_create(&c.id, like);
+                        return refuse(e.to_string());
+                    }
+                }
+                r
             }
             Ok(Outcome::Unchanged(why)) => {
                 log(format_args!("create {}: unchanged ({why})", c.id));
@@ -267,6 +285,28 @@ impl Proxy {
             )),
             Err(e) => log(format_args!("create {id}: warning: {e}")),
         }
+    }
+
+    /// Deletes a container runc-v2 has just created (its init has run nothing yet) and
+    /// releases a slice this proxy admitted for it. `like` is the Create request, for its
+    /// metadata and timeout.
+    fn undo_create(&self, id: &str, mut like: Request) {
+        let mut d = DeleteRequest::new();
+        d.id = id.to_string();
+        like.method = "Delete".to_string();
+        like.payload = d.write_to_bytes().unwrap_or_default();
+        let r = self.forward(like);
+        if !is_ok(&r) {
+            let why = r
+                .status
+                .as_ref()
+                .map(|s| s.message.clone())
+                .unwrap_or_default();
+            log(format_args!(
+                "create {id}: warning: deleting the refused container: {why}"
+            ));
+        }
+        self.deleted(id);
     }
 
     fn deleted(&self, id: &str) {
