@@ -134,6 +134,11 @@ class Kit:
             # shows as a killed honest workload, not as a log line nobody reads.
             f.write("[metrics]\nenabled = false\n\n[backstop]\nmemory_action = \"kill\"\n"
                     "lease_action = \"kill\"\n")
+            if args.arbiter_config:
+                # An A/B of an arbiter setting on the device: more TOML after the kit's own
+                # (tables other than [metrics] and [backstop], which the kit already opened).
+                with open(args.arbiter_config) as extra:
+                    f.write("\n" + extra.read())
         self.env = dict(os.environ)
         for k in list(self.env):
             # The kernel-fallback switch (docs/kernels.md) is the one setting that passes through.
@@ -272,8 +277,13 @@ class Kit:
                 h["total_bytes"] = int(float(parts[2])) * MiB
             except (IndexError, ValueError):
                 h["total_bytes"] = None
+        if self.args.arbiter_config:
+            with open(self.args.arbiter_config) as extra:
+                h["arbiter_config_extra"] = extra.read()
         self.raw["header"] = h
         print(f"GPU: {h['gpu']}  driver: {h['driver']}  date: {h['date']}", flush=True)
+        if self.args.arbiter_config:
+            print(f"arbiter config added: {h['arbiter_config_extra'].strip()!r}", flush=True)
 
     def start_arbiter(self):
         log = open(os.path.join(self.tmp, "arbiter.log"), "w")
@@ -756,6 +766,10 @@ class Kit:
         lines = [f"gpuslice real-GPU kit — mode: {self.raw['mode']}",
                  f"GPU: {h.get('gpu', '?')} · driver: {h.get('driver', '?')} · "
                  f"date: {h.get('date', '?')}", "",
+                 *(["arbiter config added: `" + "; ".join(
+                     ln.strip() for ln in h["arbiter_config_extra"].splitlines() if ln.strip())
+                     + "`", ""]
+                   if h.get("arbiter_config_extra") else []),
                  "| section | measurement | value | expected | verdict |",
                  "|---|---|---|---|---|"]
         for r in self.rows:
@@ -827,6 +841,9 @@ def main():
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for everything")
     ap.add_argument("--only", default="memory,shares,overhead,latency,serving",
                     help="sections, comma-separated; also `graphs` (real GPU only)")
+    ap.add_argument("--arbiter-config", metavar="TOML",
+                    help="a file of arbiter settings appended to the kit's config "
+                         "(not [metrics] or [backstop]): compare a setting in two runs")
     args = ap.parse_args()
     if not args.dry_run:
         try:
