@@ -14,7 +14,9 @@
 //!   waits for it) and a holder running out is revoked. Overruns drive the bucket negative and
 //!   are paid back.
 //! * `priority: high`: an eligible waiting high-priority slice revokes a normal holder at once and
-//!   is picked before any other (bounded by its own ceiling).
+//!   is picked before any other (bounded by its own ceiling), while it is below its guarantee
+//!   over the last second or no other busy slice is below its own (`priority.rs`): priority
+//!   orders latency, it does not take another tenant's guarantee.
 //! * Lease length: a quantum, scaled by the holder's weight over the lightest waiting
 //!   contender's (1–4×), so each contender gets about one lease per round.
 //! * Charging: the loop charges the holder the wall time from grant to the moment its queued work
@@ -23,6 +25,7 @@
 use super::window::ShareWindow;
 
 mod anticipate;
+mod priority;
 
 /// Basis points of a whole device.
 pub const FULL: u32 = 10_000;
@@ -447,12 +450,14 @@ impl Policy {
             .collect()
     }
 
+    /// The waiting, eligible slice with the smallest virtual time; a favoured `priority: high`
+    /// one first ([`priority`]).
     fn pick(&mut self, now: u64) -> Option<usize> {
         let cands = self.waiting_eligible(now, None);
         let high: Vec<usize> = cands
             .iter()
             .copied()
-            .filter(|&i| self.slices[i].params.high)
+            .filter(|&i| self.favoured(i))
             .collect();
         let pool = if high.is_empty() { cands } else { high };
         pool.into_iter()
@@ -506,7 +511,7 @@ impl Policy {
         // (else a lone uncapped holder keeps the device to its next 100 ms check).
         let refill = self.refill_time(now, Some(me));
         let my = self.slices[me].params;
-        if !my.high && others.iter().any(|&i| self.slices[i].params.high) {
+        if !my.high && others.iter().any(|&i| self.favoured(i)) {
             return Decision::Preempt;
         }
         // Granted while the previous holder's last kernels still run: its lease (and activity
@@ -816,7 +821,7 @@ impl Policy {
             return false;
         }
         let high: Vec<usize> = (0..self.slices.len())
-            .filter(|&i| Some(i) != me && self.slices[i].params.high && self.slices[i].obs.waiting)
+            .filter(|&i| Some(i) != me && self.slices[i].obs.waiting && self.favoured(i))
             .collect();
         high.into_iter().any(|i| self.eligible(i, now))
     }
@@ -831,7 +836,7 @@ impl Policy {
         let Some(s) = self.slices.get(i) else {
             return false;
         };
-        s.params.high
+        self.favoured(i)
             && self.slices.len() > 1
             && self.holder.map(|h| h.idx) != Some(i)
             && (s.strikes == 0 || now >= s.backoff_until)
@@ -879,13 +884,13 @@ impl Policy {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    pub(super) const MS: u64 = 1_000_000;
 
     /// A fake device: slices with demand functions of time; leases are carried out instantly,
     /// the holder's "kernel" granularity is `kernel` (a revoke lands at the next kernel end).
-    struct Fake {
-        p: Policy,
-        now: u64,
+    pub(super) struct Fake {
+        pub(super) p: Policy,
+        pub(super) now: u64,
         kernel: u64,
         demand: Vec<Box<dyn Fn(u64) -> bool>>,
         /// Claims demand always but never launches (a hostile `demand` word).
@@ -898,7 +903,7 @@ mod tests {
     }
 
     impl Fake {
-        fn new(quantum: u64, kernel: u64) -> Fake {
+        pub(super) fn new(quantum: u64, kernel: u64) -> Fake {
             Fake {
                 p: Policy::new(quantum),
                 now: 0,
@@ -910,7 +915,12 @@ mod tests {
                 sleep_to_wake: false,
             }
         }
-        fn add(&mut self, id: &str, params: Params, demand: impl Fn(u64) -> bool + 'static) {
+        pub(super) fn add(
+            &mut self,
+            id: &str,
+            params: Params,
+            demand: impl Fn(u64) -> bool + 'static,
+        ) {
             self.p.set_slice(id, params, self.now);
             self.demand.push(Box::new(demand));
             self.liar.push(false);
@@ -942,7 +952,7 @@ mod tests {
             self.p.observed(self.now);
         }
         /// Runs until `end`; each step advances to the next decision.
-        fn run(&mut self, end: u64) {
+        pub(super) fn run(&mut self, end: u64) {
             while self.now < end {
                 self.observe();
                 match self.p.decide(self.now) {
@@ -976,7 +986,7 @@ mod tests {
                 }
             }
         }
-        fn shares(&mut self) -> Vec<f64> {
+        pub(super) fn shares(&mut self) -> Vec<f64> {
             let span = (self.now - self.since) as f64;
             let s = self.busy.iter().map(|&b| b as f64 / span).collect();
             self.busy.iter_mut().for_each(|b| *b = 0);
@@ -985,7 +995,7 @@ mod tests {
         }
     }
 
-    fn g(pct: u32) -> Params {
+    pub(super) fn g(pct: u32) -> Params {
         Params {
             guarantee: pct * 100,
             ..Params::default()
@@ -1360,11 +1370,13 @@ mod tests {
     fn preemption_overlap_is_charged_once() {
         let mut p = Policy::new(5 * MS);
         let lo = p.set_slice("train", g(50), 0);
+        // Guaranteed as much as the trainer: it is served less (8 ms a round against 10), so
+        // it stays favoured (within its lead, `priority.rs`) and preempts every round.
         let hi = p.set_slice(
             "infer",
             Params {
                 high: true,
-                ..g(20)
+                ..g(50)
             },
             0,
         );
