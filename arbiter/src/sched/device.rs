@@ -248,6 +248,12 @@ impl Loop {
                         self.hand_on_now();
                         continue;
                     }
+                    if others && early_handoff() && self.policy.holder_shallow() {
+                        // Its queue is about one short launch (`policy/handoff.rs`): the
+                        // same, without waiting for its gate to say so first.
+                        self.hand_on_now();
+                        continue;
+                    }
                     self.revoke_holder_early(others && early_handoff());
                     continue;
                 }
