@@ -171,6 +171,9 @@ struct Holder {
     /// A check found the holder claiming demand without progress once already (the one grace a
     /// slowly woken thread gets).
     graced: bool,
+    /// A `priority: high` holder was first seen idle (quiet) here, and has been since
+    /// ([`Policy::high_linger`]).
+    quiet_since: Option<u64>,
 }
 
 /// Longest back-off of a slice that claims demand without launching: its demand is ignored
@@ -205,6 +208,8 @@ pub struct Policy {
     hold: Option<anticipate::Hold>,
     /// Holds are made at all ([`Policy::set_holds`]).
     holds_on: bool,
+    /// How long an idle `priority: high` holder keeps the lease ([`Policy::set_high_linger`]).
+    high_linger: u64,
 }
 
 impl Policy {
@@ -224,6 +229,7 @@ impl Policy {
             last_end: None,
             hold: None,
             holds_on: true,
+            high_linger: 0,
         }
     }
 
@@ -549,7 +555,16 @@ impl Policy {
         // nothing since for the gate's linger) gives the lease up at once when others wait,
         // instead of at the next activity check (2.5–5 ms of idle device per lease with a
         // 5 ms quantum): the loop hands on without waiting for its (empty) drain.
-        if obs.quiet && h.progress && !obs.waiting && !others.is_empty() {
+        let linger_until = match h.quiet_since {
+            _ if !(obs.quiet && my.high) => None,
+            Some(t) => Some(t + self.high_linger),
+            None => Some(*h.quiet_since.insert(now) + self.high_linger),
+        };
+        if !obs.quiet {
+            h.quiet_since = None;
+        }
+        let lingering = linger_until.is_some_and(|t| now < t);
+        if obs.quiet && h.progress && !obs.waiting && !others.is_empty() && !lingering {
             self.quiet_revoke = true;
             return Decision::Revoke;
         }
@@ -589,6 +604,9 @@ impl Policy {
         });
         if let Some(r) = refill {
             wake_at = wake_at.min(r);
+        }
+        if let Some(t) = linger_until.filter(|_| lingering) {
+            wake_at = wake_at.min(t);
         }
         if limited {
             let s = &self.slices[me];
@@ -730,6 +748,7 @@ impl Policy {
             deferred: self.overlap_open > 0,
             progress: false,
             graced: false,
+            quiet_since: None,
         });
     }
 

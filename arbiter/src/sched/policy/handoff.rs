@@ -42,6 +42,22 @@ impl Policy {
         !others.is_empty() && others.iter().all(|&j| self.slices[j].vtime > v)
     }
 
+    /// Sets how long a `priority: high` holder that is idle (every process quiet: its work
+    /// done, nothing launched for the gate's linger) keeps the lease while others wait, ns
+    /// (`scheduler.high_linger`; 0: handed on at once like any idle holder). A server's host
+    /// work between two decode steps (a Python server's sampling and bookkeeping, 50–100 µs,
+    /// more on a busy host) outlasts the gate's linger once that has adapted to its idle spells
+    /// between requests; handing on then let the neighbour's 1.4 ms kernel in before the next
+    /// step.
+    pub fn set_high_linger(&mut self, ns: u64) {
+        self.high_linger = ns;
+    }
+
+    /// How long an idle `priority: high` holder keeps the lease, ns.
+    pub fn high_linger(&self) -> u64 {
+        self.high_linger
+    }
+
     /// Whether the holder may be handed on at once at a revoke: it launched under this lease
     /// and its recent drains took at most half a quantum (a queue of about one short launch
     /// plus a wake-up; 1 ms kernels queued 8 deep drain in ~8 ms and are not).
@@ -59,7 +75,56 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{g, MS};
-    use super::super::{Observation, Policy};
+    use super::super::{Decision, Observation, Params, Policy};
+
+    /// An idle (quiet) high-priority holder keeps the lease for the linger while a neighbour
+    /// waits, is revoked after it, and a launch in between starts it afresh; without a linger,
+    /// and for a normal holder, the lease is handed on at once.
+    #[test]
+    fn an_idle_high_holder_keeps_the_lease_for_the_linger() {
+        for (high, linger) in [(true, 500_000), (true, 0), (false, 500_000)] {
+            let mut p = Policy::new(5 * MS);
+            p.set_high_linger(linger);
+            let params = Params { high, ..g(20) };
+            let srv = p.set_slice("server", params, 0);
+            let tr = p.set_slice("train", g(50), 0);
+            p.granted(srv, 0);
+            let see = |p: &mut Policy, t: u64, quiet: bool| {
+                let o = Observation {
+                    active: true,
+                    quiet,
+                    waiting: false,
+                };
+                p.observe(srv, o, t);
+                let w = Observation {
+                    waiting: true,
+                    ..Observation::default()
+                };
+                p.observe(tr, w, t);
+                p.observed(t);
+                p.decide(t)
+            };
+            assert!(matches!(see(&mut p, 100_000, false), Decision::Keep { .. }));
+            let d = see(&mut p, 200_000, true);
+            if !(high && linger > 0) {
+                assert_eq!(d, Decision::Revoke, "high {high}, linger {linger}");
+                continue;
+            }
+            let Decision::Keep { wake_at, .. } = d else {
+                panic!("revoked at once: {d:?}");
+            };
+            assert_eq!(wake_at, 700_000, "woken when the linger ends");
+            // It launches again within the linger: the next quiet spell lingers afresh.
+            assert!(matches!(see(&mut p, 400_000, false), Decision::Keep { .. }));
+            assert!(matches!(see(&mut p, 500_000, true), Decision::Keep { .. }));
+            assert!(matches!(see(&mut p, 900_000, true), Decision::Keep { .. }));
+            assert_eq!(
+                see(&mut p, 1_000_000, true),
+                Decision::Revoke,
+                "linger over"
+            );
+        }
+    }
 
     #[test]
     fn only_a_holder_with_short_drains_that_launched_is_shallow() {
