@@ -32,6 +32,8 @@ pub const FALLBACK_CONTEXT_FOOTPRINT: u64 = 518 << 20;
 pub const DEFAULT_MODULE_ALLOWANCE: u64 = 256 << 20;
 /// Default scheduling quantum.
 pub const DEFAULT_QUANTUM: Duration = Duration::from_millis(5);
+/// Largest accepted `scheduler.high_linger`.
+pub const MAX_HIGH_LINGER: Duration = Duration::from_millis(5);
 /// Smallest and largest accepted quantum.
 pub const QUANTUM_RANGE: (Duration, Duration) =
     (Duration::from_micros(500), Duration::from_secs(1));
@@ -109,6 +111,10 @@ pub struct SchedulerConfig {
     /// Run each device's scheduler thread under `SCHED_FIFO` at this priority (1–99); 0 = off
     /// (the default; `docs/scheduling.md`). Needs `CAP_SYS_NICE` (kept only when this is set).
     pub realtime_priority: u32,
+    /// How long an idle `priority: high` holder keeps the lease while others wait (0, the
+    /// default: handed on at once like any idle holder; at most 5ms; `docs/scheduling.md`).
+    #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
+    pub high_linger: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -116,6 +122,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             quantum: DEFAULT_QUANTUM,
             realtime_priority: 0,
+            high_linger: Duration::ZERO,
         }
     }
 }
@@ -379,6 +386,14 @@ impl Config {
                 "scheduler.quantum",
                 format!("{q:?}"),
                 "must be between 500us and 1s",
+            ));
+        }
+        let hl = self.scheduler.high_linger;
+        if hl > MAX_HIGH_LINGER {
+            return Err(invalid(
+                "scheduler.high_linger",
+                format!("{hl:?}"),
+                "must be between 0 (off) and 5ms",
             ));
         }
         let rt = self.scheduler.realtime_priority;

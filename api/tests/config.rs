@@ -148,6 +148,27 @@ fn backstop_defaults_and_bad_values() {
 }
 
 #[test]
+fn high_linger_defaults_off_and_is_range_checked() {
+    assert_eq!(parse("").unwrap().scheduler.high_linger, Duration::ZERO);
+    for (ok, d) in [("0us", 0), ("500us", 500), ("5ms", 5000)] {
+        let c = parse(&format!("[scheduler]\nhigh_linger = \"{ok}\"")).unwrap();
+        assert_eq!(c.scheduler.high_linger, Duration::from_micros(d));
+        assert_eq!(parse(&c.to_toml()).unwrap(), c);
+    }
+    let e = parse("[scheduler]\nhigh_linger = \"6ms\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("scheduler.high_linger") && e.contains("5ms"),
+        "{e}"
+    );
+    let e = parse("[scheduler]\nhigh_linger = \"soon\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("high_linger"), "{e}");
+}
+
+#[test]
 fn realtime_priority_defaults_off_and_is_range_checked() {
     assert_eq!(parse("").unwrap().scheduler.realtime_priority, 0);
     for ok in [0, 1, 10, 99] {

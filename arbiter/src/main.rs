@@ -139,10 +139,13 @@ fn run(cli: Cli) -> Result<()> {
     for f in gpuslice_arbiter::syscalls::fallbacks_in_use() {
         tracing::warn!("kernel fallback: {f}");
     }
-    let sched = Arc::new(gpuslice_arbiter::sched::Scheduler::with_realtime(
-        config.scheduler.quantum,
-        config.scheduler.realtime_priority,
-    ));
+    let sched = Arc::new(
+        gpuslice_arbiter::sched::Scheduler::with_realtime(
+            config.scheduler.quantum,
+            config.scheduler.realtime_priority,
+        )
+        .with_high_linger(config.scheduler.high_linger),
+    );
     if let Some(f) = std::env::var_os("GPUSLICE_SCHED_STATUS_FILE") {
         gpuslice_arbiter::sched::spawn_status_file(Arc::clone(&sched), PathBuf::from(f));
     }

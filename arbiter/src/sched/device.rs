@@ -127,8 +127,9 @@ pub fn drain_timeout(quantum: u64) -> u64 {
 }
 
 /// Runs the loop for device `index` until [`Cmd::Stop`]; `realtime` is the `SCHED_FIFO`
-/// priority the calling thread runs at (0 = none), for the status.
-pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
+/// priority the calling thread runs at (0 = none), for the status; `high_linger_ns`:
+/// [`Policy::set_high_linger`].
+pub fn run(index: u32, quantum_ns: u64, realtime: u32, high_linger_ns: u64, ctl: Arc<Ctl>) {
     let mut lp = Loop {
         index,
         realtime,
@@ -138,6 +139,7 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, ctl: Arc<Ctl>) {
         policy: {
             let mut p = Policy::new(quantum_ns);
             p.set_holds(holds());
+            p.set_high_linger(high_linger_ns);
             p
         },
         rt: Vec::new(),
@@ -245,6 +247,12 @@ impl Loop {
                         // An idle holder has nothing queued: the next slice is granted at
                         // once and this one's (empty) drain is reported in the background,
                         // charged to it up to the report (the next holder from there on).
+                        self.hand_on_now();
+                        continue;
+                    }
+                    if others && early_handoff() && self.policy.holder_shallow() {
+                        // Its queue is about one short launch (`policy/handoff.rs`): the
+                        // same, without waiting for its gate to say so first.
                         self.hand_on_now();
                         continue;
                     }

@@ -36,6 +36,7 @@ pub fn params_of(req: &SliceRequest) -> Params {
 pub struct Scheduler {
     quantum_ns: u64,
     realtime_priority: u32,
+    high_linger_ns: u64,
     devices: Mutex<BTreeMap<u32, Arc<Ctl>>>,
 }
 
@@ -61,8 +62,17 @@ impl Scheduler {
         Scheduler {
             quantum_ns: quantum.as_nanos().clamp(100_000, 1_000_000_000) as u64,
             realtime_priority,
+            high_linger_ns: 0,
             devices: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// How long an idle `priority: high` holder keeps the lease while others wait
+    /// (`scheduler.high_linger`, [`policy::Policy::set_high_linger`]); for device loops started
+    /// after this call (call it before scheduling any slice).
+    pub fn with_high_linger(mut self, linger: Duration) -> Scheduler {
+        self.high_linger_ns = u64::try_from(linger.as_nanos()).unwrap_or(u64::MAX);
+        self
     }
 
     fn ctl(&self, index: u32) -> Arc<Ctl> {
@@ -80,12 +90,12 @@ impl Scheduler {
             }),
         });
         let c2 = Arc::clone(&ctl);
-        let (q, rt) = (self.quantum_ns, self.realtime_priority);
+        let (q, rt, hl) = (self.quantum_ns, self.realtime_priority, self.high_linger_ns);
         let spawned = std::thread::Builder::new()
             .name(format!("sched-gpu{index}"))
             .spawn(move || {
                 let rt = realtime::apply(rt, index);
-                device::run(index, q, rt, c2)
+                device::run(index, q, rt, hl, c2)
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start the scheduler of device {index}: {e}");

@@ -9,7 +9,8 @@
 //! of `nodes` kernels of `kernel_us` (a captured decode step), synchronised, and gives one token to
 //! every active request. Prints the same keys as the kit's PyTorch server: time to first token
 //! (arrival to first token, queueing included) and inter-token latency percentiles, tokens/s, and
-//! the fraction of the device the server's kernels took.
+//! the fraction of the device the server's kernels took. `--host-us` spins the host between a
+//! step's synchronisation and the next step's launch, as a Python server's bookkeeping does.
 
 use crate::session::Session;
 use crate::stats::percentile;
@@ -42,6 +43,10 @@ pub struct Shape {
     /// Device time of the prefill per prompt token.
     #[arg(long, default_value_t = 2)]
     pub prefill_us_per_token: u64,
+    /// Host work between decode steps, µs (spun, not slept): a Python server's sampling and
+    /// bookkeeping between one step's synchronisation and the next step's launch, ~50–100 µs.
+    #[arg(long, default_value_t = 0)]
+    pub host_us: u64,
 }
 
 /// One request of the trace.
@@ -142,9 +147,21 @@ pub fn run(s: &Session, shape: Shape) -> Result<()> {
                 *a = Some((left - 1, at));
             }
         }
+        host_work(shape.host_us);
     }
     report(shape, &mut t, start.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Spins the calling thread for `us` µs (host work: it holds its core, as Python does).
+fn host_work(us: u64) {
+    if us == 0 {
+        return;
+    }
+    let until = Instant::now() + Duration::from_micros(us);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
 }
 
 /// Prints the run's one `key=value` line.
@@ -161,7 +178,7 @@ fn report(shape: Shape, t: &mut Tally, elapsed: f64) {
     println!(
         "requests={} tokens={} elapsed_s={elapsed:.3} tokens_per_s={:.1} ttft_p50_ms={:.3} \
          ttft_p99_ms={:.3} itl_p50_ms={:.3} itl_p99_ms={:.3} itl_max_ms={itl_max:.3} steps={} \
-         step_ms={step_ms:.4} prefill_ms={prefill_ms:.4} busy_frac={:.4} graph=1",
+         step_ms={step_ms:.4} prefill_ms={prefill_ms:.4} busy_frac={:.4} host_us={} graph=1",
         t.served,
         t.tokens,
         t.tokens as f64 / elapsed,
@@ -171,6 +188,7 @@ fn report(shape: Shape, t: &mut Tally, elapsed: f64) {
         percentile(&t.itl_ms, 0.99),
         t.steps,
         busy_s / elapsed,
+        shape.host_us,
     );
 }
 

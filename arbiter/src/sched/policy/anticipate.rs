@@ -25,9 +25,6 @@ use super::{Decision, Policy};
 /// lease ends (so one whose kernels came back quick again gets holds back).
 pub const RETRY_EVERY: u32 = 16;
 
-/// Drains of the candidate considered for its median.
-const RECENT_DRAINS: usize = 8;
-
 /// A hold in progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Hold {
@@ -92,18 +89,10 @@ impl Policy {
         if owed < self.quantum as f64 {
             return false;
         }
-        let mut recent: Vec<u64> = sp
-            .drains
-            .iter()
-            .rev()
-            .take(RECENT_DRAINS)
-            .copied()
-            .collect();
-        if recent.len() < RECENT_DRAINS / 2 {
-            return false;
-        }
-        recent.sort_unstable();
-        if recent[recent.len() / 2] < 2 * self.quantum {
+        if self
+            .recent_drain_median(p)
+            .is_none_or(|m| m < 2 * self.quantum)
+        {
             return false;
         }
         // A capped slice out of tokens could not be granted when it comes back (nobody holds

@@ -3,7 +3,8 @@
 //!
 //! The server is `gpuslice-workload serve`: Poisson requests at 20/s (prompts 32–256 tokens,
 //! outputs 32–128, a fixed seed), a prefill kernel of 2 µs per prompt token, then decode steps
-//! of one graph replay of 8 × 30 µs kernels for every active request. The trainer (and the batch
+//! of one graph replay of 8 × 30 µs kernels for every active request, 80 µs of host work
+//! between steps (`--host-us`, a Python server's bookkeeping). The trainer (and the batch
 //! tenant) saturate the device with 1.4 ms kernels, 8 queued (the H200's 8192² bf16 GEMM). Every
 //! run of the server on device 0 has a twin: the same server alone on device 1 in the same span,
 //! so a stall of the shared host hits both and the latency is judged against the twin.
@@ -38,6 +39,9 @@ fn server(device: u32) -> Vec<String> {
         "8",
         "--kernel-us",
         "30",
+        // A Python server's host work between decode steps (issue 36).
+        "--host-us",
+        "80",
     ]
     .map(String::from)
     .to_vec()

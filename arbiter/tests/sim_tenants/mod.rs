@@ -1,0 +1,76 @@
+//! Shared by the tests that run `gpuslice-workload` tenants under the interposer on a simulated
+//! node with this build's arbiter (`serving_e2e`, `share_guarantees`): the node, admission, a
+//! tenant, and what it printed.
+//!
+//! Needs `cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-interposer
+//! -p gpuslice-workloads -p gpuslice-arbiter` in the same target directory.
+
+#![allow(dead_code)] // each test binary uses its part
+
+use gpuslice_test_support::{profile_dir, NodeConfig, SimNode};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+
+/// The simulated engine models every share and latency test runs on.
+pub const ENGINES: [&str; 2] = ["timeslice", "kernel"];
+
+/// A node on engine `engine` with `devices` (`GPUSLICE_SIM_DEVICES`; `None`: one device).
+pub fn node(tag: &str, engine: &'static str, devices: Option<&str>) -> SimNode {
+    let mut cfg = NodeConfig {
+        config: "[admission]\ncontext_reserve = \"16Mi\"\nmodule_allowance = \"0\"\n".into(),
+        log_level: "warn".into(),
+        needs: vec!["gpuslice-workload"],
+        engine: Some(engine),
+        ..NodeConfig::default()
+    };
+    if let Some(d) = devices {
+        cfg.devices = d.into();
+    }
+    SimNode::start(&format!("{tag}-{engine}"), cfg)
+}
+
+/// Admits slice `id` with `request` (JSON members, without braces) and 1 GiB; its directory.
+pub fn admit(n: &SimNode, id: &str, request: &str) -> PathBuf {
+    let answer = n.call(&format!(
+        "{{\"version\":1,\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request},\
+         \"memory\":\"1Gi\"}}}}"
+    ));
+    assert!(answer["result"] != "error", "admit {id}: {answer}");
+    n.state_dir().join(id)
+}
+
+/// Releases slice `id`.
+pub fn release(n: &SimNode, id: &str) {
+    n.call(&format!(
+        "{{\"version\":1,\"op\":\"release\",\"slice_id\":\"{id}\"}}"
+    ));
+}
+
+/// Starts `gpuslice-workload args` in `slice` under the interposer, stdout piped.
+pub fn tenant<S: AsRef<std::ffi::OsStr>>(n: &SimNode, slice: &Path, args: &[S]) -> Child {
+    let prof = profile_dir();
+    n.command(prof.join("gpuslice-workload"))
+        .args(["--via", "dlsym"])
+        .args(args)
+        .env("LD_PRELOAD", prof.join("libgpuslice.so"))
+        .env("GPUSLICE_SLICE_DIR", slice)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting a tenant")
+}
+
+/// Waits for tenant `c`; what it printed (it must have succeeded).
+pub fn output(c: Child) -> String {
+    let o = c.wait_with_output().expect("tenant output");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "tenant failed: {text}");
+    text
+}
+
+/// The number after `key=` in a tenant's output.
+pub fn field(out: &str, key: &str) -> f64 {
+    out.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {out:?}"))
+}
