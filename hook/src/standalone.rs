@@ -81,7 +81,7 @@ pub fn create(
 ) -> Result<Done> {
     let bundle = bundle.ok_or_else(|| anyhow!("container {id}: the state has no \"bundle\""))?;
     let doc = read_config(bundle)?;
-    if doc.has_mount("/run/gpuslice") {
+    if doc.has_mount(gpuslice_region::layout::CONTAINER_SLICE_DIR) {
         return Ok(Done::Nothing("already edited by gpuslice-runtime"));
     }
     let annotations = doc.annotations();
