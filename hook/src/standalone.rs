@@ -21,9 +21,9 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
+use gpuslice_api::client::{BindResult, Client, ClientError};
 use gpuslice_api::request::{DeviceRef, DeviceSelector};
 use gpuslice_api::Owner;
-use gpuslice_oci::client::{BindResult, Client, ClientError};
 use gpuslice_oci::prepare::check_mounted_image;
 use gpuslice_oci::select::{select, Selection};
 use gpuslice_oci::spec::SpecDoc;

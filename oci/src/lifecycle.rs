@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use gpuslice_api::protocol::valid_slice_id;
 
-use crate::client::{BindResult, Client, ClientError};
 use crate::settings::Settings;
+use gpuslice_api::client::{BindResult, Client, ClientError};
 
 /// Largest pid file read.
 const MAX_PID_FILE: usize = 64;

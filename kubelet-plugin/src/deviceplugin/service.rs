@@ -8,8 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpuslice_api::client::Client;
 use gpuslice_api::{NodeStatus, Request, Response};
-use gpuslice_oci::client::Client;
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
