@@ -18,14 +18,14 @@ use common::{gpus, ClaimSpec, Node, GI, NODE};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::InventoryError;
 use gpuslice_arbiter::Admission;
-use gpuslice_kubelet_plugin::apiserver::{connect, ApiClaims};
-use gpuslice_kubelet_plugin::arbiter::Arbiter;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy};
-use gpuslice_kubelet_plugin::claim::{ClaimRef, ClaimSource, SourceError};
+use gpuslice_kubelet_plugin::dra::apiserver::{connect, ApiClaims};
+use gpuslice_kubelet_plugin::dra::arbiter::Arbiter;
+use gpuslice_kubelet_plugin::dra::claim::{ClaimRef, ClaimSource, SourceError};
+use gpuslice_kubelet_plugin::dra::publish::{PublishError, MAX_ATTEMPTS};
+use gpuslice_kubelet_plugin::dra::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::gpu::{Gpu, GpuSource, StaticGpus};
-use gpuslice_kubelet_plugin::publish::{PublishError, MAX_ATTEMPTS};
 use gpuslice_kubelet_plugin::quantity;
-use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::PostParams;
 use kube::Api;
@@ -248,7 +248,7 @@ fn standin_api_publisher_reports_the_api_down_and_recovers() {
 /// `p` running (polling every 30 ms) until the sender is used.
 fn running(
     e: &common::apienv::Env,
-    p: gpuslice_kubelet_plugin::publish::Publisher,
+    p: gpuslice_kubelet_plugin::dra::publish::Publisher,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,

@@ -20,7 +20,7 @@ use gpuslice_arbiter::contexts::{policy_for, resolve};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
-use gpuslice_kubelet_plugin::claim::ClaimRef;
+use gpuslice_kubelet_plugin::dra::claim::ClaimRef;
 
 const MI: u64 = MEMORY_STEP;
 

@@ -20,12 +20,12 @@ use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::serve::{serve, Paths};
 use gpuslice_kubelet_plugin::deviceplugin::service::{NodeSlices, Plugin};
-use gpuslice_kubelet_plugin::deviceplugin::standin::{healthy, Kubelet};
 use gpuslice_kubelet_plugin::deviceplugin::units::UnitPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET};
 use gpuslice_kubelet_plugin::gpu::StaticGpus;
 use gpuslice_kubelet_plugin::proto::deviceplugin as api;
 use gpuslice_oci::select::{select, Selection};
+use gpuslice_test_support::kubelet::{healthy, Kubelet};
 use tokio::sync::oneshot;
 use tonic::Status;
 

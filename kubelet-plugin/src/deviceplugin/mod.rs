@@ -10,7 +10,8 @@
 //! * [`service`]: the `DevicePlugin` gRPC service; [`serve`]: its socket in kubelet's
 //!   `device-plugins` directory, registration at `kubelet.sock`, and re-registration when
 //!   kubelet restarts.
-//! * [`standin`]: kubelet's side of the API, for tests (not a kubelet).
+//! * kubelet's side of the API, for tests (not a kubelet), is in the test support crate
+//!   (`gpuslice_test_support::kubelet`).
 //! * [`exclusive`]: the node-wide lock that keeps DRA and device-plugin modes from both
 //!   offering the same GPU memory to the scheduler.
 //!
@@ -23,7 +24,6 @@ pub mod place;
 pub mod run;
 pub mod serve;
 pub mod service;
-pub mod standin;
 pub mod units;
 
 /// The extended resource.

@@ -85,5 +85,5 @@ pub fn run(args: &Args, node: Node) -> Result<()> {
     };
     let poll = Duration::from_secs(args.device_plugin_poll.max(1));
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(serve(&paths, plugin, poll, crate::serve::stop_signal()))
+    rt.block_on(serve(&paths, plugin, poll, crate::socket::stop_signal()))
 }

@@ -1,5 +1,5 @@
 //! NodePrepareResources / NodeUnprepareResources, independent of gRPC: per claim, read it,
-//! plan it ([`crate::plan`]), check it against what this node published, checkpoint it, admit its
+//! plan it ([`crate::dra::plan`]), check it against what this node published, checkpoint it, admit its
 //! slice on exactly the allocated GPU, write its CDI spec, return the CDI device ids. Each claim
 //! succeeds or fails alone; a failure undoes what that call did (slice, CDI spec, checkpoint
 //! entry) and says so. Idempotent: a claim already in the checkpoint is completed from the
@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use gpuslice_api::MemoryRequest;
 use gpuslice_arbiter::fit::Policy;
 
-use crate::arbiter::Arbiter;
 use crate::capacity::{self, Offer, PublishPolicy};
-use crate::cdi::ClaimCdi;
-use crate::checkpoint::{Checkpoint, CheckpointError, Entry, Stage};
-use crate::claim::{ClaimRef, ClaimSource, SourceError};
+use crate::dra::arbiter::Arbiter;
+use crate::dra::cdi::ClaimCdi;
+use crate::dra::checkpoint::{Checkpoint, CheckpointError, Entry, Stage};
+use crate::dra::claim::{ClaimRef, ClaimSource, SourceError};
+use crate::dra::plan::{self, Plan};
 use crate::gpu::{Gpu, GpuSource};
-use crate::plan::{self, Plan};
 
 /// A prepared claim's device, as kubelet gets it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use crate::claim::ClaimRef;
-use crate::driver::Driver;
+use crate::dra::claim::ClaimRef;
+use crate::dra::driver::Driver;
 use crate::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
 use crate::DRIVER;
 
@@ -26,7 +26,7 @@ pub struct Registration {
     /// Told by kubelet whether registration succeeded (`true`), for readiness.
     pub registered: Arc<tokio::sync::watch::Sender<Option<Result<(), String>>>>,
     /// Notified at each successful registration: a restarted kubelet has (or is about to have)
-    /// deleted the node's ResourceSlices, so the publisher checks them ([`crate::slicewatch`]).
+    /// deleted the node's ResourceSlices, so the publisher checks them ([`crate::dra::slicewatch`]).
     pub on_registered: Arc<tokio::sync::Notify>,
 }
 

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, Device, ResourceSlice};
 
+use crate::dra::resourceslice::MAX_DEVICES_PER_SLICE;
 use crate::quantity;
-use crate::resourceslice::MAX_DEVICES_PER_SLICE;
 
 /// One violation: the field path and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
