@@ -11,13 +11,14 @@
 //! What both share sits here at the top: the GPUs ([`gpu::GpuSource`], [`nvml`] on a node),
 //! what a node offers ([`capacity`], from the arbiter's own admission policy, with the policy
 //! read by [`policysource`]), memory quantities ([`quantity`]), the gRPC plumbing ([`proto`],
-//! [`socket`], and [`authority`]: kubelet's `:authority` made acceptable to h2) and the
-//! process's [`privileges`]. Neither plugin imports the other.
+//! [`socket`], and [`authority`]: kubelet's `:authority` made acceptable to h2), the
+//! process's [`privileges`] and the lock that lets one mode run per node ([`exclusive`]). Neither plugin imports the other.
 
 pub mod authority;
 pub mod capacity;
 pub mod deviceplugin;
 pub mod dra;
+pub mod exclusive;
 pub mod gpu;
 pub mod nvml;
 pub mod policysource;

@@ -162,8 +162,7 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&slices)?);
         return Ok(());
     }
-    let _mode_lock =
-        deviceplugin::exclusive::acquire(&settings.state_dir, "dra").map_err(anyhow::Error::msg)?;
+    let _mode_lock = gpuslice_kubelet_plugin::exclusive::acquire(&settings.state_dir, "dra")?;
     let interposer = absolute(&settings.interposer);
     let options = gpuslice_cdi::Options {
         driver_root: cli.driver_root.clone(),

@@ -22,6 +22,7 @@ use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy};
 use gpuslice_kubelet_plugin::dra::apiserver::{connect, ApiClaims};
 use gpuslice_kubelet_plugin::dra::arbiter::Arbiter;
 use gpuslice_kubelet_plugin::dra::claim::{ClaimRef, ClaimSource, SourceError};
+use gpuslice_kubelet_plugin::dra::driver::ClaimError;
 use gpuslice_kubelet_plugin::dra::publish::{PublishError, MAX_ATTEMPTS};
 use gpuslice_kubelet_plugin::dra::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::gpu::{Gpu, GpuSource, StaticGpus};
@@ -526,7 +527,8 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
     *node.arbiter.down.lock().unwrap() = true;
     let out = driver.prepare(std::slice::from_ref(&r));
     let err = out[uid].clone().unwrap_err();
-    assert!(err.contains("device gpu-0: arbiter"), "{err}");
+    assert!(matches!(err, ClaimError::Prepare(_)), "{err:?}");
+    assert!(err.to_string().contains("device gpu-0: arbiter"), "{err}");
     assert!(node.arbiter.slices().is_empty());
     *node.arbiter.down.lock().unwrap() = false;
     // The user deletes the claim before kubelet retries.
@@ -534,6 +536,8 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
     let err = driver.prepare(std::slice::from_ref(&r))[uid]
         .clone()
         .unwrap_err();
+    assert!(matches!(err, ClaimError::NotFound(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.contains(&format!("claim default/trainer-gpu ({uid})"))
             && err.contains("not found at the API server"),
@@ -548,6 +552,8 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
     let err = driver.prepare(std::slice::from_ref(&r))[uid]
         .clone()
         .unwrap_err();
+    assert!(matches!(err, ClaimError::Plan(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.ends_with(
             "metadata.uid: the API server has 9e3f4051-0000-4000-8000-000000000002: the claim \

@@ -151,6 +151,16 @@ fn claims_the_consumable_capacity_rules_allow_are_admitted_and_no_others() {
                 let e = r
                     .err()
                     .unwrap_or_else(|| panic!("{}: refused but prepared", ctx()));
+                assert!(
+                    matches!(
+                        e,
+                        gpuslice_kubelet_plugin::dra::driver::ClaimError::Capacity(_)
+                            | gpuslice_kubelet_plugin::dra::driver::ClaimError::Plan(_)
+                    ),
+                    "{}: {e:?}",
+                    ctx()
+                );
+                let e = e.to_string();
                 assert!(e.contains(&format!("device gpu-{d}")), "{}: {e}", ctx());
                 assert!(
                     e.contains("capacity") || e.contains("published"),

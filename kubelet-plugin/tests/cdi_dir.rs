@@ -308,7 +308,8 @@ fn cdi_dir_through_the_driver_a_failed_spec_undoes_the_slice_and_the_entry() {
     std::fs::remove_file(&node0).unwrap();
     let err = driver.prepare(std::slice::from_ref(&c))[UID]
         .clone()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("device gpu-0: CDI spec")
             && err.contains("nvidia0")

@@ -171,7 +171,7 @@ fn published_capacity_is_exactly_what_the_arbiter_admits() {
     for u in &uids[..4] {
         assert!(r[u].is_ok(), "{:?}", r[u]);
     }
-    let e = r[&uids[4]].as_ref().unwrap_err();
+    let e = r[&uids[4]].as_ref().unwrap_err().to_string();
     assert!(
         e.contains("device gpu-1") && e.contains("capacity slices"),
         "{e}"

@@ -12,14 +12,14 @@
 //!   kubelet restarts.
 //! * kubelet's side of the API, for tests (not a kubelet), is in the test support crate
 //!   (`gpuslice_test_support::kubelet`).
-//! * [`exclusive`]: the node-wide lock that keeps DRA and device-plugin modes from both
-//!   offering the same GPU memory to the scheduler.
+//!
+//! The node-wide lock that keeps DRA and device-plugin modes from both offering the same GPU
+//! memory to the scheduler is shared with DRA: [`crate::exclusive`].
 //!
 //! What a container gets from `Allocate` is environment only ([`ENV_MEMORY`], [`ENV_DEVICES`],
 //! [`gpuslice_oci::select::DEVICE_PLUGIN_ENV`]); the runtime (`runtimeClassName: gpuslice`)
 //! admits the slice at container creation and refuses a disagreeing `gpuslice.io/memory`.
 
-pub mod exclusive;
 pub mod place;
 pub mod run;
 pub mod serve;
