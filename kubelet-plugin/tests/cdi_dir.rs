@@ -51,7 +51,7 @@ fn mknod(path: &Path, major: u32, minor: u32) {
     assert!(st.success(), "mknod {}", path.display());
 }
 
-/// A scratch tree: `dev/` (nvidia0, nvidia1, nvidiactl, nvidia-uvm), `driver/` (libcuda and
+/// A scratch tree: `dev/` (nvidia0, nvidia1, nvidiactl, nvidia-uvm, nvidia-modeset), `driver/` (libcuda and
 /// libnvidia-ml in a loader cache), `bin/` (interposer, hook), `cdi/`, `slice/`.
 struct Fake {
     root: PathBuf,
@@ -74,6 +74,7 @@ fn fake(tag: &str) -> Fake {
         ("nvidia1", 195, 1),
         ("nvidiactl", 195, 255),
         ("nvidia-uvm", 510, 0),
+        ("nvidia-modeset", 195, 254),
     ] {
         mknod(&dev.join(name), major, minor);
     }
@@ -598,6 +599,7 @@ fn oci_edits_and_the_claims_cdi_spec_describe_the_same_container() {
     assert_eq!(
         oci_nodes,
         [
+            ("/dev/nvidia-modeset".to_string(), 195, 254),
             ("/dev/nvidia-uvm".to_string(), 510, 0),
             ("/dev/nvidia1".to_string(), 195, 1),
             ("/dev/nvidiactl".to_string(), 195, 255),
