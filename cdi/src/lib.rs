@@ -90,7 +90,7 @@ pub fn hook_call(opts: &Options) -> container::HookCall {
     }
 }
 
-/// The hook's arguments for `stage` (`create-runtime` or `poststop`), argv[0] included.
+/// The hook's arguments for `stage` (`create-runtime` or `poststop`), `argv[0]` included.
 pub fn hook_args(opts: &Options, stage: &str) -> Vec<String> {
     hook_call(opts).argv(stage)
 }
