@@ -15,7 +15,7 @@ use crate::quantity::ByteSize;
 /// Default configuration path.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/gpuslice/config.toml";
 /// Default state directory.
-pub const DEFAULT_STATE_DIR: &str = "/run/gpuslice";
+pub const DEFAULT_STATE_DIR: &str = gpuslice_region::layout::HOST_STATE_DIR;
 /// Default metrics listen address. 9400 is NVIDIA's DCGM exporter, 9100 node-exporter,
 /// 9464 the OpenTelemetry Prometheus exporter; gpuslice uses 9447 on loopback.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9447";

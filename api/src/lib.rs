@@ -1,7 +1,9 @@
 //! What the rest of gpuslice agrees on: slice requests read from annotations and the
-//! environment ([`request`], [`quantity`]), the arbiter's control protocol ([`protocol`]) and the
-//! node configuration file ([`config`]). No I/O beyond reading a config file.
+//! environment ([`request`], [`quantity`]), the arbiter's control protocol ([`protocol`]) and
+//! its one client ([`client`]: a Unix socket, one line each way), and the node configuration
+//! file ([`config`]). No other I/O than the client's socket and reading a config file.
 
+pub mod client;
 pub mod config;
 pub mod pod;
 pub mod protocol;

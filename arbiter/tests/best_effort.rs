@@ -3,7 +3,6 @@
 //! goes or changes; what they hold (their `usage` files) keeps a capped admit from squeezing
 //! them; the backstop judges them against their effective cap.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,17 +13,10 @@ use gpuslice_arbiter::store::Store;
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
 use gpuslice_region::layout::UNCAPPED;
 use gpuslice_region::{Limits, Usage};
+use gpuslice_test_support::Scratch as TempDir;
 
 const GI: u64 = 1 << 30;
 const MI: u64 = 1 << 20;
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn state(tag: &str, policy: Policy) -> (TempDir, State) {
     let dir = std::env::temp_dir().join(format!("gs-be-{tag}-{}", std::process::id()));

@@ -12,23 +12,9 @@ use gpuslice_api::{ErrorCode, Response, ResponseEnvelope};
 use gpuslice_arbiter::server::{bind, serve, State};
 use gpuslice_arbiter::store::{Store, RECORD_FILE};
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
+use gpuslice_test_support::Scratch as TempDir;
 
 const GI: u64 = 1 << 30;
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("gs-h5-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn start(dir: &Path, sock_name: &str) -> PathBuf {
     let devs =

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use gpuslice_api::{Owner, Request, Response, SliceRequest};
@@ -15,23 +15,9 @@ use gpuslice_arbiter::server::State;
 use gpuslice_arbiter::store::Store;
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
 use gpuslice_region::{create_slice, DeviceSpec, SliceSpec, Usage};
+use gpuslice_test_support::Scratch as TempDir;
 
 const GI: u64 = 1 << 30;
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("gs-h8m-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn state(dir: &Path) -> Arc<Mutex<State>> {
     let devs =

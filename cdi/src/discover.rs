@@ -74,15 +74,27 @@ pub fn char_node(dev_root: &Path, rel: &str) -> Option<Node> {
 /// Nodes every GPU container needs: `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`,
 /// `nvidia-modeset`, and `nvidia-caps/*`, those present. `nvidiactl` is required.
 pub fn control_nodes(dev_root: &Path) -> Result<Vec<Node>, CdiError> {
-    let mut out = Vec::new();
-    let ctl = char_node(dev_root, "nvidiactl").ok_or_else(|| {
-        CdiError::Missing(format!(
+    let out = present_control_nodes(dev_root);
+    if out.first().is_none_or(|n| n.path != "/dev/nvidiactl") {
+        return Err(CdiError::Missing(format!(
             "{} is not a character device (is the NVIDIA driver loaded? --dev-root)",
             dev_root.join("nvidiactl").display()
-        ))
-    })?;
-    out.push(ctl);
-    for rel in ["nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"] {
+        )));
+    }
+    Ok(out)
+}
+
+/// The control nodes present under `dev_root`, in this order: `nvidiactl`, `nvidia-uvm`,
+/// `nvidia-uvm-tools`, `nvidia-modeset`, `nvidia-caps/*` (sorted). The one list both the CDI
+/// specs and the runtime's injected devices (`gpuslice_oci::devices`) use.
+pub fn present_control_nodes(dev_root: &Path) -> Vec<Node> {
+    let mut out = Vec::new();
+    for rel in [
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-uvm-tools",
+        "nvidia-modeset",
+    ] {
         out.extend(char_node(dev_root, rel));
     }
     if let Ok(rd) = std::fs::read_dir(dev_root.join("nvidia-caps")) {
@@ -95,7 +107,7 @@ pub fn control_nodes(dev_root: &Path) -> Result<Vec<Node>, CdiError> {
             out.extend(char_node(dev_root, &format!("nvidia-caps/{c}")));
         }
     }
-    Ok(out)
+    out
 }
 
 /// `/dev/nvidia<minor>` of one GPU (required).

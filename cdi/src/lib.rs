@@ -5,6 +5,7 @@
 //! the lowest sufficient `cdiVersion`, is validated with the `container-device-interface`
 //! crate and written atomically. Reference: `docs/cdi.md`.
 
+pub mod container;
 pub mod discover;
 pub mod driver_root;
 pub mod ldcache;
@@ -18,7 +19,7 @@ pub use spec::{Format, Spec, KIND};
 /// Default output path (the design brief's contract).
 pub const DEFAULT_OUTPUT: &str = "/var/run/cdi/gpuslice.yaml";
 /// The interposer's path inside containers (and, by default, on the host).
-pub const CONTAINER_INTERPOSER: &str = "/usr/lib/gpuslice/libgpuslice.so";
+pub use gpuslice_region::layout::CONTAINER_INTERPOSER;
 
 /// Errors of generation; each names the file or call at fault.
 #[derive(Debug, thiserror::Error)]
@@ -71,20 +72,27 @@ fn node(n: &discover::Node, dev_root: &Path) -> spec::DeviceNode {
     }
 }
 
-/// The hook's arguments for `stage` (`create-runtime` or `poststop`), argv[0] included.
-pub fn hook_args(opts: &Options, stage: &str) -> Vec<String> {
-    let mut a = vec![
-        "gpuslice-hook".to_string(),
-        "--state-dir".into(),
+/// The standalone hook of the node's spec: `gpuslice-hook --state-dir … [--config …]
+/// --standalone <stage>`.
+pub fn hook_call(opts: &Options) -> container::HookCall {
+    let mut args = vec![
+        "--state-dir".to_string(),
         opts.state_dir.display().to_string(),
     ];
     if let Some(c) = &opts.config {
-        a.push("--config".into());
-        a.push(c.display().to_string());
+        args.push("--config".into());
+        args.push(c.display().to_string());
     }
-    a.push("--standalone".into());
-    a.push(stage.into());
-    a
+    args.push("--standalone".into());
+    container::HookCall {
+        path: opts.hook.clone(),
+        args,
+    }
+}
+
+/// The hook's arguments for `stage` (`create-runtime` or `poststop`), `argv[0]` included.
+pub fn hook_args(opts: &Options, stage: &str) -> Vec<String> {
+    hook_call(opts).argv(stage)
 }
 
 /// The preload file's content.
@@ -119,24 +127,17 @@ pub fn build(opts: &Options, gpus: &[Gpu]) -> Result<Spec, CdiError> {
     {
         common.mounts.push(ro_bind(&f.host_path, &f.path));
     }
-    common
-        .mounts
-        .push(ro_bind(&opts.interposer, CONTAINER_INTERPOSER));
-    common
-        .mounts
-        .push(ro_bind(&opts.preload_file, "/etc/ld.so.preload"));
-    let hook = opts.hook.display().to_string();
-    for (name, stage) in [
-        ("createRuntime", "create-runtime"),
-        ("poststop", "poststop"),
-    ] {
-        common.hooks.push(spec::Hook {
-            hook_name: name.into(),
-            path: hook.clone(),
-            args: hook_args(opts, stage),
-            timeout: 10,
-        });
-    }
+    // The interposer, the preload file and the standalone hooks: the same description the
+    // runtime writes as OCI edits.
+    let slice = container::SliceContainer::of(&container::SliceGrant {
+        interposer: Some(opts.interposer.clone()),
+        preload_file: Some(opts.preload_file.clone()),
+        hook: Some(hook_call(opts)),
+        ..container::SliceGrant::default()
+    })
+    .cdi_edits();
+    common.mounts.extend(slice.mounts);
+    common.hooks.extend(slice.hooks);
     let mut devices = Vec::new();
     let mut all = spec::Edits::default();
     for g in gpus {

@@ -211,7 +211,16 @@ fn spec_has_nodes_libraries_interposer_hooks_and_lowest_version() {
     assert!(mounts[0]
         .1
         .starts_with(f.opts.driver_root.to_str().unwrap()));
-    assert_eq!(common["mounts"][4]["options"][0], "ro");
+    // The interposer read-only but executable, the preload file not: the options the OCI
+    // rendering of a slice's container writes too (`gpuslice_cdi::container`).
+    assert_eq!(
+        common["mounts"][4]["options"],
+        serde_json::json!(["bind", "ro", "nosuid", "nodev"])
+    );
+    assert_eq!(
+        common["mounts"][5]["options"],
+        serde_json::json!(["bind", "ro", "nosuid", "nodev", "noexec"])
+    );
     let hooks = common["hooks"].as_array().unwrap();
     assert_eq!(hooks[0]["hookName"], "createRuntime");
     assert_eq!(hooks[1]["hookName"], "poststop");

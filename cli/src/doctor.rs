@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use gpuslice_api::{Request, Response};
 use toml_edit::Item;
 
-use crate::client::Client;
+use crate::client::{self, Client};
 use crate::configure::containerd::{
     cri_keys, glob_match, version_of, CLASS, POD_ANNOTATIONS, RUNC_TYPE, SHIM_TYPE,
 };
@@ -294,7 +294,7 @@ fn arbiter(i: &Inputs) -> Check {
         "systemctl start gpuslice-arbiter   (or run: gpuslice-arbiter --state-dir {})",
         i.state_dir.display()
     );
-    let mut client = match Client::connect(&i.state_dir) {
+    let mut client = match Client::connect(&i.state_dir, client::TIMEOUT) {
         Ok(c) => c,
         Err(e) => return Check::bad("arbiter", Level::Fail, e.to_string(), fix),
     };

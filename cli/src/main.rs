@@ -12,7 +12,7 @@ use clap::Parser;
 use gpuslice_api::config::DEFAULT_CONFIG_PATH;
 use gpuslice_api::{Config, Request, Response};
 use gpuslice_cli::args::{CdiCommand, Cli, Command, StatusArgs, UpdateArgs};
-use gpuslice_cli::client::Client;
+use gpuslice_cli::client::{self, Client};
 use gpuslice_cli::configure;
 use gpuslice_cli::options;
 use gpuslice_cli::run::{self, RunPlan};
@@ -125,10 +125,9 @@ fn doctor(
 }
 
 fn fetch(state_dir: &std::path::Path) -> Result<StatusView> {
-    let mut client = Client::connect(state_dir)?;
-    match client.call(Request::Status {})? {
+    let mut client = Client::connect(state_dir, client::TIMEOUT)?;
+    match client.call(Request::Status {}).context("status")? {
         Response::Status(s) => Ok(StatusView::build(&s, state_dir)),
-        Response::Error { message, .. } => anyhow::bail!("status: {message}"),
         other => anyhow::bail!("status: unexpected reply {other:?}"),
     }
 }
@@ -161,7 +160,7 @@ fn status(state_dir: &std::path::Path, args: &StatusArgs) -> Result<i32> {
 fn update(state_dir: &std::path::Path, args: &UpdateArgs) -> Result<i32> {
     // A unique prefix names a slice (the table shows Docker's 64-digit ids as 12).
     let slice = {
-        let mut client = Client::connect(state_dir)?;
+        let mut client = Client::connect(state_dir, client::TIMEOUT)?;
         let ids: Vec<String> = match client.call(gpuslice_api::Request::Status {})? {
             Response::Status(s) => s.slices.into_iter().map(|s| s.slice_id).collect(),
             _ => Vec::new(),
@@ -182,13 +181,13 @@ fn update(state_dir: &std::path::Path, args: &UpdateArgs) -> Result<i32> {
             return Ok(EXIT_USAGE);
         }
     };
-    let mut client = Client::connect(state_dir)?;
-    match client.call(request)? {
-        Response::Updated {
+    let mut client = Client::connect(state_dir, client::TIMEOUT)?;
+    match client.call(request) {
+        Ok(Response::Updated {
             slice_id,
             devices,
             warnings,
-        } => {
+        }) => {
             println!("updated slice {slice_id}");
             for d in devices {
                 let cap = d
@@ -204,10 +203,11 @@ fn update(state_dir: &std::path::Path, args: &UpdateArgs) -> Result<i32> {
             }
             Ok(0)
         }
-        Response::Error { message, .. } => {
+        Err(client::ClientError::Arbiter { message, .. }) => {
             eprintln!("gpuslice update: {message}");
             Ok(1)
         }
-        other => anyhow::bail!("update: unexpected reply {other:?}"),
+        Err(e) => Err(e.into()),
+        Ok(other) => anyhow::bail!("update: unexpected reply {other:?}"),
     }
 }

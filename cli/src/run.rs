@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use gpuslice_api::{AssignedDevice, Owner, Request, Response, SliceRequest};
+use gpuslice_api::{AssignedDevice, Owner, SliceRequest};
 
-use crate::client::{Client, ClientError};
+use crate::client::{self, Client, ClientError};
 use crate::run_mounts::{self, SliceMounts};
 
 /// gpuslice's own failures (`docker run` and `env` use the same numbers).
@@ -101,16 +101,10 @@ pub fn admit(
         pid: Some(std::process::id()),
         ..Owner::default()
     };
-    match client.call(Request::Admit {
-        slice_id: id.to_string(),
-        request,
-        owner,
-    })? {
-        Response::Admitted {
-            slice_dir, devices, ..
-        } => Ok((slice_dir, devices)),
-        Response::Error { message, .. } => Err(RunError::Refused(message)),
-        other => Err(RunError::Refused(format!("unexpected reply {other:?}"))),
+    match client.admit(id, request, owner) {
+        Ok(a) => Ok((a.slice_dir, a.devices)),
+        Err(ClientError::Arbiter { message, .. }) => Err(RunError::Refused(message)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -276,19 +270,15 @@ fn run_inner(plan: RunPlan) -> Result<i32, RunError> {
     let Some((program, args)) = plan.command.split_first() else {
         return Err(RunError::Refused("no command given".into()));
     };
-    let mut client = Client::connect(&plan.state_dir)?;
+    let mut client = Client::connect(&plan.state_dir, client::TIMEOUT)?;
     let id = slice_id();
     let (slice_dir, devices) = admit(&mut client, &id, plan.request)?;
     let release = |client: &mut Client| {
-        match client.call(Request::Release {
-        slice_id: id.clone(),
-    }) {
-        Ok(Response::Released { .. }) => {}
-        Ok(other) => eprintln!("gpuslice run: releasing slice {id}: {other:?}"),
-        Err(e) => eprintln!(
-            "gpuslice run: releasing slice {id}: {e} (the arbiter's reclaim frees it once this process is gone)"
-        ),
-    }
+        if let Err(e) = client.release(&id) {
+            eprintln!(
+                "gpuslice run: releasing slice {id}: {e} (the arbiter's reclaim frees it once this process is gone)"
+            );
+        }
     };
 
     let uuids: Vec<&str> = devices.iter().map(|d| d.uuid.as_str()).collect();
@@ -370,7 +360,7 @@ fn run_inner(plan: RunPlan) -> Result<i32, RunError> {
         );
     }
     // The connection may have idled out during a long run: release on a fresh one.
-    match Client::connect(&plan.state_dir) {
+    match Client::connect(&plan.state_dir, client::TIMEOUT) {
         Ok(mut c) => release(&mut c),
         Err(_) => release(&mut client),
     }

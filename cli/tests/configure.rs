@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use gpuslice_cli::configure::{containerd, crio, docker, FileChange};
+use gpuslice_test_support::Scratch;
 use toml_edit::DocumentMut;
 
 const RT: &str = "/opt/gpuslice/bin/gpuslice-runtime";
@@ -18,14 +19,12 @@ fn fixtures() -> PathBuf {
 }
 
 /// A fresh temporary directory holding a copy of every fixture.
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gs-h14-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn scratch(tag: &str) -> Scratch {
+    let dir = Scratch::new(tag);
     for e in std::fs::read_dir(fixtures()).unwrap() {
         let e = e.unwrap();
         if e.path().is_file() {
-            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
         }
     }
     dir
@@ -671,7 +670,7 @@ fn containerd_other_default_runtime_gets_no_runc() {
 
 /// A version 2 config beside NVIDIA's toolkit drop-in (`conf.d/99-nvidia.toml`, imported by a
 /// `conf.d/*.toml` glob): `dir/config.toml`, ready for `ctd(dir, "config.toml")`.
-fn beside_nvidia(tag: &str, imports: &str) -> PathBuf {
+fn beside_nvidia(tag: &str, imports: &str) -> Scratch {
     let dir = scratch(tag);
     std::fs::create_dir_all(dir.join("conf.d")).unwrap();
     std::fs::copy(

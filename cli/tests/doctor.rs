@@ -12,13 +12,7 @@ use std::sync::{Arc, Mutex};
 use gpuslice_arbiter::server::{bind, serve, State};
 use gpuslice_arbiter::store::Store;
 use gpuslice_arbiter::{DeviceInventory, Policy, StaticInventory};
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gs-h14-doc-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use gpuslice_test_support::Scratch;
 
 fn doctor(dir: &Path, extra: &[(&str, &Path)], env: &[(&str, &Path)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_gpuslice"));
@@ -56,7 +50,7 @@ fn row(out: &str, name: &str) -> (String, String, Option<String>) {
 
 #[test]
 fn broken_layout_fails_with_fix_commands() {
-    let dir = scratch("broken");
+    let dir = Scratch::new("broken");
     std::fs::write(dir.join("libgpuslice.so"), "not an ELF file").unwrap();
     std::fs::write(dir.join("gpuslice.yaml"), "cdiVersion: [unclosed\n").unwrap();
     std::fs::write(dir.join("containerd.toml"), "version = 2\n").unwrap();
@@ -111,7 +105,7 @@ fn simulated_node_with_arbiter_and_configured_containerd_is_ok() {
             f.display()
         );
     }
-    let dir = scratch("sim");
+    let dir = Scratch::new("sim");
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
     // The arbiter (library, on the test's own socket).
@@ -179,7 +173,7 @@ fn simulated_node_with_arbiter_and_configured_containerd_is_ok() {
 /// one FAIL is that no engine is configured. The header's columns are apart.
 #[test]
 fn absent_engines_are_not_reported() {
-    let dir = scratch("absent");
+    let dir = Scratch::new("absent");
     let empty_path = dir.join("empty-bin");
     std::fs::create_dir_all(&empty_path).unwrap();
     let o = doctor(
@@ -230,7 +224,7 @@ fn a_cuda_process_without_the_interposer_is_reported() {
     for f in [&nvml, &cuda, &workload] {
         assert!(f.exists(), "{} missing: cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-workloads", f.display());
     }
-    let dir = scratch("owners");
+    let dir = Scratch::new("owners");
     std::os::unix::fs::symlink(&cuda, dir.join("libcuda.so.1")).unwrap();
     let state = dir.join("sim.state");
     let mut child = Command::new(&workload)

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Parser, Subcommand};
+use gpuslice_api::client::{BindResult, Client, ClientError};
 use gpuslice_api::ErrorCode;
-use gpuslice_oci::client::{BindResult, Client, ClientError};
 use gpuslice_oci::hook_state::{self as state, State};
 use gpuslice_oci::ident::slice_id_for;
 use gpuslice_oci::lifecycle::cgroup_of;

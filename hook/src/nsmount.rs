@@ -17,10 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use gpuslice_region::layout::USAGE_FILE;
-
-/// Where the slice appears inside the container.
-pub const CONTAINER_SLICE_DIR: &str = "run/gpuslice";
+use gpuslice_region::layout::{CONTAINER_SLICE_DIR, USAGE_FILE};
 
 fn cstr(p: &Path) -> Result<CString> {
     CString::new(p.as_os_str().as_encoded_bytes())
@@ -54,7 +51,8 @@ fn mount(src: &Path, dst: &Path, flags: libc::c_ulong) -> Result<()> {
 /// redirect the mount onto a host path).
 fn target(rootfs: &Path) -> Result<PathBuf> {
     let mut p = rootfs.to_path_buf();
-    for part in CONTAINER_SLICE_DIR.split('/') {
+    // The slice directory's components below the root (`run`, `gpuslice`).
+    for part in CONTAINER_SLICE_DIR.split('/').filter(|p| !p.is_empty()) {
         p.push(part);
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.file_type().is_symlink() => {

@@ -21,9 +21,9 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
+use gpuslice_api::client::{BindResult, Client, ClientError};
 use gpuslice_api::request::{DeviceRef, DeviceSelector};
 use gpuslice_api::Owner;
-use gpuslice_oci::client::{BindResult, Client, ClientError};
 use gpuslice_oci::prepare::check_mounted_image;
 use gpuslice_oci::select::{select, Selection};
 use gpuslice_oci::spec::SpecDoc;
@@ -81,7 +81,7 @@ pub fn create(
 ) -> Result<Done> {
     let bundle = bundle.ok_or_else(|| anyhow!("container {id}: the state has no \"bundle\""))?;
     let doc = read_config(bundle)?;
-    if doc.has_mount("/run/gpuslice") {
+    if doc.has_mount(gpuslice_region::layout::CONTAINER_SLICE_DIR) {
         return Ok(Done::Nothing("already edited by gpuslice-runtime"));
     }
     let annotations = doc.annotations();

@@ -65,8 +65,12 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn init() -> Option<MemoryGate> {
-    let explicit = env("GPUSLICE_SLICE_DIR");
-    let dir = PathBuf::from(explicit.clone().unwrap_or_else(|| "/run/gpuslice".into()));
+    let explicit = env(layout::SLICE_DIR_ENV);
+    let dir = PathBuf::from(
+        explicit
+            .clone()
+            .unwrap_or_else(|| layout::CONTAINER_SLICE_DIR.into()),
+    );
     if dir.join(layout::LIMITS_FILE).exists() {
         if let Err(why) = trusted(&dir) {
             // Limits the tenant could have written are no limits: what the environment asks

@@ -1,42 +1,31 @@
-//! `gpuslice-kubelet-plugin`: the Kubernetes DRA driver `gpuslice.io` on one node.
+//! `gpuslice-kubelet-plugin`: how Kubernetes learns about gpuslice on one node. One binary, two
+//! plugins, one at a time (a node-wide lock keeps them apart):
 //!
-//! * What the node offers the cluster: [`capacity`] (from the arbiter's own admission policy)
-//!   and [`resourceslice`] (the ResourceSlice content), checked by [`validate`].
-//! * What a claim becomes: [`plan`] (allocation result + [`sliceconfig`] → slice request), and
-//!   [`driver`] (prepare / unprepare: arbiter, [`cdi`] spec, [`checkpoint`]).
-//! * How kubelet reaches it: [`grpc`] services on the unix sockets of [`serve`], each connection
-//!   through [`authority`] (kubelet's `:authority` made acceptable to h2).
+//! * [`dra`] (`--mode dra`, the default): the DRA driver `gpuslice.io`; a ResourceClaim's
+//!   memory becomes a slice admitted when kubelet prepares the claim, handed to the container
+//!   as a CDI spec. Reference: `docs/dra.md`.
+//! * [`deviceplugin`] (`--mode device-plugin`): the device plugin of the extended resource
+//!   `gpuslice.io/gpu-memory`, for clusters without consumable-capacity DRA; the runtime admits
+//!   the slice at container creation. Reference: `docs/device-plugin.md`.
 //!
-//! * The API server: [`apiserver`] (client, ResourceClaims) and [`publish`] (this node's
-//!   ResourceSlices, republished at once when [`slicewatch`] sees them deleted or changed).
-//!
-//! Behind traits for tests without root, GPU, kubelet or API server: [`gpu::GpuSource`]
-//! ([`nvml`] on a node), [`claim::ClaimSource`] ([`apiserver::ApiClaims`] on a node),
-//! [`arbiter::Arbiter`], [`cdi::ClaimCdi`].
+//! What both share sits here at the top: the GPUs ([`gpu::GpuSource`], [`nvml`] on a node),
+//! what a node offers ([`capacity`], from the arbiter's own admission policy, with the policy
+//! read by [`policysource`]), memory quantities ([`quantity`]), the gRPC plumbing ([`proto`],
+//! [`socket`], and [`authority`]: kubelet's `:authority` made acceptable to h2), the
+//! process's [`privileges`] and the lock that lets one mode run per node ([`exclusive`]). Neither plugin imports the other.
 
-pub mod apiserver;
-pub mod arbiter;
 pub mod authority;
 pub mod capacity;
-pub mod cdi;
-pub mod checkpoint;
-pub mod claim;
 pub mod deviceplugin;
-pub mod driver;
+pub mod dra;
+pub mod exclusive;
 pub mod gpu;
-pub mod grpc;
 pub mod nvml;
-pub mod plan;
 pub mod policysource;
 pub mod privileges;
 pub mod proto;
-pub mod publish;
 pub mod quantity;
-pub mod resourceslice;
-pub mod serve;
-pub mod sliceconfig;
-pub mod slicewatch;
-pub mod validate;
+pub mod socket;
 
 /// The DRA driver name.
 pub const DRIVER: &str = "gpuslice.io";

@@ -10,22 +10,22 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use gpuslice_arbiter::fit::Policy;
-use gpuslice_kubelet_plugin::apiserver::{self, ApiClaims};
-use gpuslice_kubelet_plugin::arbiter::SocketArbiter;
 use gpuslice_kubelet_plugin::capacity::{PublishPolicy, DEFAULT_SLICES_PER_GPU};
-use gpuslice_kubelet_plugin::cdi::CdiDir;
-use gpuslice_kubelet_plugin::checkpoint;
-use gpuslice_kubelet_plugin::claim::{ClaimSource, DirClaims};
 use gpuslice_kubelet_plugin::deviceplugin;
-use gpuslice_kubelet_plugin::driver::{Driver, Parts};
+use gpuslice_kubelet_plugin::dra::apiserver::{self, ApiClaims};
+use gpuslice_kubelet_plugin::dra::arbiter::SocketArbiter;
+use gpuslice_kubelet_plugin::dra::cdi::CdiDir;
+use gpuslice_kubelet_plugin::dra::checkpoint;
+use gpuslice_kubelet_plugin::dra::claim::{ClaimSource, DirClaims};
+use gpuslice_kubelet_plugin::dra::driver::{Driver, Parts};
+use gpuslice_kubelet_plugin::dra::publish::Publisher;
+use gpuslice_kubelet_plugin::dra::resourceslice::resource_slices;
+use gpuslice_kubelet_plugin::dra::serve::{serve, Sockets};
+use gpuslice_kubelet_plugin::dra::slicewatch;
+use gpuslice_kubelet_plugin::dra::validate;
 use gpuslice_kubelet_plugin::gpu::GpuSource;
 use gpuslice_kubelet_plugin::nvml::NvmlGpus;
 use gpuslice_kubelet_plugin::policysource::PolicySource;
-use gpuslice_kubelet_plugin::publish::Publisher;
-use gpuslice_kubelet_plugin::resourceslice::resource_slices;
-use gpuslice_kubelet_plugin::serve::{serve, Sockets};
-use gpuslice_kubelet_plugin::slicewatch;
-use gpuslice_kubelet_plugin::validate;
 use gpuslice_oci::Settings;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -162,8 +162,7 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&slices)?);
         return Ok(());
     }
-    let _mode_lock =
-        deviceplugin::exclusive::acquire(&settings.state_dir, "dra").map_err(anyhow::Error::msg)?;
+    let _mode_lock = gpuslice_kubelet_plugin::exclusive::acquire(&settings.state_dir, "dra")?;
     let interposer = absolute(&settings.interposer);
     let options = gpuslice_cdi::Options {
         driver_root: cli.driver_root.clone(),
@@ -250,7 +249,7 @@ fn main() -> Result<()> {
         };
         let serving = async {
             let r = serve(&sockets, Arc::new(driver), wake.clone(), async move {
-                gpuslice_kubelet_plugin::serve::stop_signal().await;
+                gpuslice_kubelet_plugin::socket::stop_signal().await;
                 let _ = stop_tx.send(true);
             })
             .await;

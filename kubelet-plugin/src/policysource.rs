@@ -8,7 +8,7 @@
 //! arbiter replaces it by a rename, so every write is a new inode) on each call — a `stat`, at
 //! each publication poll, prepare and device-plugin refresh — and reads it again only when that
 //! changed. The DRA publisher republishes when the policy it last published differs
-//! ([`crate::publish::Publisher::run`]); the device plugin recomputes its units at its next
+//! ([`crate::dra::publish::Publisher::run`]); the device plugin recomputes its units at its next
 //! refresh and every `ListAndWatch` stream sends them.
 
 use std::os::unix::fs::MetadataExt;

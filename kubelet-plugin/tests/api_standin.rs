@@ -18,14 +18,15 @@ use common::{gpus, ClaimSpec, Node, GI, NODE};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::InventoryError;
 use gpuslice_arbiter::Admission;
-use gpuslice_kubelet_plugin::apiserver::{connect, ApiClaims};
-use gpuslice_kubelet_plugin::arbiter::Arbiter;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy};
-use gpuslice_kubelet_plugin::claim::{ClaimRef, ClaimSource, SourceError};
+use gpuslice_kubelet_plugin::dra::apiserver::{connect, ApiClaims};
+use gpuslice_kubelet_plugin::dra::arbiter::Arbiter;
+use gpuslice_kubelet_plugin::dra::claim::{ClaimRef, ClaimSource, SourceError};
+use gpuslice_kubelet_plugin::dra::driver::ClaimError;
+use gpuslice_kubelet_plugin::dra::publish::{PublishError, MAX_ATTEMPTS};
+use gpuslice_kubelet_plugin::dra::resourceslice::resource_slices;
 use gpuslice_kubelet_plugin::gpu::{Gpu, GpuSource, StaticGpus};
-use gpuslice_kubelet_plugin::publish::{PublishError, MAX_ATTEMPTS};
 use gpuslice_kubelet_plugin::quantity;
-use gpuslice_kubelet_plugin::resourceslice::resource_slices;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::PostParams;
 use kube::Api;
@@ -248,7 +249,7 @@ fn standin_api_publisher_reports_the_api_down_and_recovers() {
 /// `p` running (polling every 30 ms) until the sender is used.
 fn running(
     e: &common::apienv::Env,
-    p: gpuslice_kubelet_plugin::publish::Publisher,
+    p: gpuslice_kubelet_plugin::dra::publish::Publisher,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,
@@ -526,7 +527,8 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
     *node.arbiter.down.lock().unwrap() = true;
     let out = driver.prepare(std::slice::from_ref(&r));
     let err = out[uid].clone().unwrap_err();
-    assert!(err.contains("device gpu-0: arbiter"), "{err}");
+    assert!(matches!(err, ClaimError::Prepare(_)), "{err:?}");
+    assert!(err.to_string().contains("device gpu-0: arbiter"), "{err}");
     assert!(node.arbiter.slices().is_empty());
     *node.arbiter.down.lock().unwrap() = false;
     // The user deletes the claim before kubelet retries.
@@ -534,6 +536,8 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
     let err = driver.prepare(std::slice::from_ref(&r))[uid]
         .clone()
         .unwrap_err();
+    assert!(matches!(err, ClaimError::NotFound(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.contains(&format!("claim default/trainer-gpu ({uid})"))
             && err.contains("not found at the API server"),
@@ -548,6 +552,8 @@ fn standin_api_prepare_reads_the_claim_and_copes_with_its_deletion_between_attem
     let err = driver.prepare(std::slice::from_ref(&r))[uid]
         .clone()
         .unwrap_err();
+    assert!(matches!(err, ClaimError::Plan(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.ends_with(
             "metadata.uid: the API server has 9e3f4051-0000-4000-8000-000000000002: the claim \

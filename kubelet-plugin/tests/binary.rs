@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::apiserver::StandIn;
 use common::kubelet;
-use gpuslice_kubelet_plugin::apiserver::connect;
+use gpuslice_kubelet_plugin::dra::apiserver::connect;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpuslice-kubelet-plugin");
 

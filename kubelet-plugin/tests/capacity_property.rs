@@ -20,7 +20,7 @@ use gpuslice_arbiter::contexts::{policy_for, resolve};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
-use gpuslice_kubelet_plugin::claim::ClaimRef;
+use gpuslice_kubelet_plugin::dra::claim::ClaimRef;
 
 const MI: u64 = MEMORY_STEP;
 
@@ -151,6 +151,16 @@ fn claims_the_consumable_capacity_rules_allow_are_admitted_and_no_others() {
                 let e = r
                     .err()
                     .unwrap_or_else(|| panic!("{}: refused but prepared", ctx()));
+                assert!(
+                    matches!(
+                        e,
+                        gpuslice_kubelet_plugin::dra::driver::ClaimError::Capacity(_)
+                            | gpuslice_kubelet_plugin::dra::driver::ClaimError::Plan(_)
+                    ),
+                    "{}: {e:?}",
+                    ctx()
+                );
+                let e = e.to_string();
                 assert!(e.contains(&format!("device gpu-{d}")), "{}: {e}", ctx());
                 assert!(
                     e.contains("capacity") || e.contains("published"),

@@ -17,11 +17,13 @@ use common::{gpus, ClaimSpec, FakeArbiter, GI, NODE};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_cdi::{ldcache, Options};
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
-use gpuslice_kubelet_plugin::cdi::{CdiDir, ClaimCdi, CONTAINER_SLICE_DIR};
-use gpuslice_kubelet_plugin::checkpoint;
-use gpuslice_kubelet_plugin::claim::{ClaimRef, MemoryClaims};
-use gpuslice_kubelet_plugin::driver::{Driver, Parts};
+use gpuslice_kubelet_plugin::dra::cdi::{CdiDir, ClaimCdi};
+use gpuslice_kubelet_plugin::dra::checkpoint;
+use gpuslice_kubelet_plugin::dra::claim::{ClaimRef, MemoryClaims};
+use gpuslice_kubelet_plugin::dra::driver::{Driver, Parts};
 use gpuslice_kubelet_plugin::gpu::StaticGpus;
+use gpuslice_oci::edit::{apply, Plan, CONTAINER_SLICE_DIR};
+use gpuslice_oci::spec::SpecDoc;
 use serde_json::Value;
 
 const UID: &str = "3f2e1d0c-0000-4000-8000-00000000cd01";
@@ -49,7 +51,7 @@ fn mknod(path: &Path, major: u32, minor: u32) {
     assert!(st.success(), "mknod {}", path.display());
 }
 
-/// A scratch tree: `dev/` (nvidia0, nvidia1, nvidiactl, nvidia-uvm), `driver/` (libcuda and
+/// A scratch tree: `dev/` (nvidia0, nvidia1, nvidiactl, nvidia-uvm, nvidia-modeset), `driver/` (libcuda and
 /// libnvidia-ml in a loader cache), `bin/` (interposer, hook), `cdi/`, `slice/`.
 struct Fake {
     root: PathBuf,
@@ -72,6 +74,7 @@ fn fake(tag: &str) -> Fake {
         ("nvidia1", 195, 1),
         ("nvidiactl", 195, 255),
         ("nvidia-uvm", 510, 0),
+        ("nvidia-modeset", 195, 254),
     ] {
         mknod(&dev.join(name), major, minor);
     }
@@ -306,7 +309,8 @@ fn cdi_dir_through_the_driver_a_failed_spec_undoes_the_slice_and_the_entry() {
     std::fs::remove_file(&node0).unwrap();
     let err = driver.prepare(std::slice::from_ref(&c))[UID]
         .clone()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("device gpu-0: CDI spec")
             && err.contains("nvidia0")
@@ -426,4 +430,179 @@ fn cdi_dir_derives_the_claim_spec_from_the_nodes_spec() {
         .to_string();
     assert!(err.contains("read the node's CDI spec"), "{err}");
     assert!(files(&f.root.join("cdi")).is_empty());
+}
+
+/// (source, destination, options) of each mount, sorted.
+type Mounts = Vec<(String, String, Vec<String>)>;
+/// (path, major, minor) of each device node, sorted.
+type Nodes = Vec<(String, i64, i64)>;
+
+/// The OCI edits of one slice as the runtime makes them, on an empty spec.
+fn oci_rendering(f: &Fake, gpu: &gpuslice_kubelet_plugin::gpu::Gpu, slice: &Path) -> Value {
+    let mut doc = SpecDoc::parse(br#"{"process":{"env":[]}}"#).unwrap();
+    let device: gpuslice_api::AssignedDevice = serde_json::from_value(serde_json::json!({
+        "index": gpu.info.index, "uuid": gpu.info.uuid, "name": gpu.info.name,
+        "memory_total": gpu.info.memory_total,
+    }))
+    .unwrap();
+    let plan = Plan {
+        interposer: f.options.interposer.clone(),
+        slice_dir: Some(slice.to_path_buf()),
+        preload_file: Some(f.options.preload_file.clone()),
+        devices: vec![device],
+        device_nodes: gpuslice_oci::devices::nodes_for(&f.options.dev_root, &[gpu.info.index])
+            .unwrap(),
+        hook: None,
+        extra_env: Vec::new(),
+    };
+    apply(&mut doc, &plan).unwrap();
+    doc.0
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The one description of a slice's container (`gpuslice_cdi::container`) rendered both ways,
+/// for the same slice on the same GPU: the runtime's OCI edits and the kubelet plugin's claim
+/// spec name the same mounts (source, destination, options), environment and device nodes.
+/// Two differences are by design and named here: the claim spec also binds the driver's
+/// files (the runtime leaves them to the NVIDIA runtime or the image) and carries the node
+/// spec's `GPUSLICE_CDI_GPU_<i>` label; the OCI edits also set `LD_PRELOAD`, merged with the
+/// image's value, which a CDI spec cannot do (it has `/etc/ld.so.preload`).
+#[test]
+fn oci_edits_and_the_claims_cdi_spec_describe_the_same_container() {
+    if !root_or_skip("oci_edits_and_the_claims_cdi_spec_describe_the_same_container") {
+        return;
+    }
+    let f = fake("golden");
+    let gpu = gpus().remove(1);
+    let slice = f.root.join("slice");
+    let claim = f.cdi().spec(UID, &gpu, &slice).unwrap();
+    let cdi = serde_json::to_value(&claim.devices[0].container_edits).unwrap();
+    let oci = oci_rendering(&f, &gpu, &slice);
+
+    let driver_file = |dst: &str| dst.starts_with(&format!("/{LIB}/"));
+    let mut cdi_mounts: Mounts = cdi["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let dst = m["containerPath"].as_str().unwrap().to_string();
+            (
+                m["hostPath"].as_str().unwrap().to_string(),
+                dst,
+                strings(&m["options"]),
+            )
+        })
+        .filter(|m| !driver_file(&m.1))
+        .collect();
+    let mut oci_mounts: Mounts = oci["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["source"].as_str().unwrap().to_string(),
+                m["destination"].as_str().unwrap().to_string(),
+                strings(&m["options"]),
+            )
+        })
+        .collect();
+    cdi_mounts.sort();
+    oci_mounts.sort();
+    assert_eq!(cdi_mounts, oci_mounts);
+    // The golden: what both must be.
+    let host = |p: &Path| p.display().to_string();
+    let opts = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut want: Mounts = vec![
+        (
+            host(&f.options.interposer),
+            "/usr/lib/gpuslice/libgpuslice.so".into(),
+            opts(&["bind", "ro", "nosuid", "nodev"]),
+        ),
+        (
+            host(&slice),
+            CONTAINER_SLICE_DIR.into(),
+            opts(&["bind", "ro", "nosuid", "nodev", "noexec"]),
+        ),
+        (
+            host(&slice.join("usage")),
+            "/run/gpuslice/usage".into(),
+            opts(&["bind", "rw", "nosuid", "nodev", "noexec"]),
+        ),
+        (
+            host(&f.options.preload_file),
+            "/etc/ld.so.preload".into(),
+            opts(&["bind", "ro", "nosuid", "nodev", "noexec"]),
+        ),
+    ];
+    want.sort();
+    assert_eq!(oci_mounts, want);
+    // The usage file is mounted after (on top of) the directory, in both.
+    for (what, list) in [("CDI", &cdi["mounts"]), ("OCI", &oci["mounts"])] {
+        let key = if what == "CDI" {
+            "containerPath"
+        } else {
+            "destination"
+        };
+        let at = |d: &str| list.as_array().unwrap().iter().position(|m| m[key] == d);
+        assert!(
+            at("/run/gpuslice/usage") > at(CONTAINER_SLICE_DIR),
+            "{what}: {list}"
+        );
+    }
+
+    let mut cdi_env: Vec<String> = strings(&cdi["env"])
+        .into_iter()
+        .filter(|e| !e.starts_with("GPUSLICE_CDI_GPU_"))
+        .collect();
+    let mut oci_env: Vec<String> = strings(&oci["process"]["env"])
+        .into_iter()
+        .filter(|e| !e.starts_with("LD_PRELOAD="))
+        .collect();
+    cdi_env.sort();
+    oci_env.sort();
+    assert_eq!(cdi_env, oci_env);
+    assert_eq!(
+        oci_env,
+        [
+            format!("CUDA_VISIBLE_DEVICES={}", gpu.info.uuid),
+            "GPUSLICE_SLICE_DIR=/run/gpuslice".to_string(),
+        ]
+    );
+
+    let node = |n: &Value, path: &str| {
+        (
+            n[path].as_str().unwrap().to_string(),
+            n["major"].as_i64().unwrap(),
+            n["minor"].as_i64().unwrap(),
+        )
+    };
+    let mut cdi_nodes: Nodes = cdi["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| node(n, "path"))
+        .collect();
+    let mut oci_nodes: Nodes = oci["linux"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| node(n, "path"))
+        .collect();
+    cdi_nodes.sort();
+    oci_nodes.sort();
+    assert_eq!(cdi_nodes, oci_nodes);
+    assert_eq!(
+        oci_nodes,
+        [
+            ("/dev/nvidia-modeset".to_string(), 195, 254),
+            ("/dev/nvidia-uvm".to_string(), 510, 0),
+            ("/dev/nvidia1".to_string(), 195, 1),
+            ("/dev/nvidiactl".to_string(), 195, 255),
+        ]
+    );
 }

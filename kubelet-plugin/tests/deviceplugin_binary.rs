@@ -1,5 +1,5 @@
 //! The `gpuslice-kubelet-plugin` binary in `--mode device-plugin` on the simulated NVML, against
-//! the kubelet stand-in (`deviceplugin::standin::Kubelet`; NOT a real kubelet: registration server and
+//! the kubelet stand-in (`gpuslice_test_support::kubelet::Kubelet`; NOT a real kubelet: registration server and
 //! plugin client) in a scratch device-plugins directory, with no arbiter running: it registers,
 //! lists its units all `Unhealthy` (nothing can be admitted), refuses a second mode on the same
 //! node, and on SIGTERM stops and removes its socket.
@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpuslice_kubelet_plugin::deviceplugin::standin::Kubelet;
 use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET, UNHEALTHY};
+use gpuslice_test_support::kubelet::Kubelet;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gpuslice-kubelet-plugin");
 

@@ -19,13 +19,13 @@ use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::serve::{serve, Paths};
-use gpuslice_kubelet_plugin::deviceplugin::service::{NodeSlices, Plugin};
-use gpuslice_kubelet_plugin::deviceplugin::standin::{healthy, Kubelet};
+use gpuslice_kubelet_plugin::deviceplugin::service::{NodeSlices, Plugin, SlicesError};
 use gpuslice_kubelet_plugin::deviceplugin::units::UnitPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET};
 use gpuslice_kubelet_plugin::gpu::StaticGpus;
 use gpuslice_kubelet_plugin::proto::deviceplugin as api;
 use gpuslice_oci::select::{select, Selection};
+use gpuslice_test_support::kubelet::{healthy, Kubelet};
 use tokio::sync::oneshot;
 use tonic::Status;
 
@@ -38,7 +38,7 @@ const A100: &str = "GPU-10000000-aaaa-bbbb-cccc-dddddddddddd";
 struct FakeArbiter(Mutex<Admission>);
 
 impl NodeSlices for FakeArbiter {
-    fn status(&self) -> Result<NodeStatus, String> {
+    fn status(&self) -> Result<NodeStatus, SlicesError> {
         Ok(self.0.lock().unwrap().status())
     }
 }

@@ -21,7 +21,7 @@ use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::serve::Paths;
-use gpuslice_kubelet_plugin::deviceplugin::service::{devices, NodeSlices, Plugin};
+use gpuslice_kubelet_plugin::deviceplugin::service::{devices, NodeSlices, Plugin, SlicesError};
 use gpuslice_kubelet_plugin::deviceplugin::units::UnitPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::SOCKET;
 use gpuslice_kubelet_plugin::gpu::StaticGpus;
@@ -174,7 +174,7 @@ async fn grpc_go_registers_and_prepares_over_v1_and_v1beta1_with_kubelets_author
 struct Slices(Mutex<Admission>);
 
 impl NodeSlices for Slices {
-    fn status(&self) -> Result<NodeStatus, String> {
+    fn status(&self) -> Result<NodeStatus, SlicesError> {
         Ok(self.0.lock().unwrap().status())
     }
 }

@@ -16,9 +16,9 @@ use common::apienv::{env, publisher, stored, wait_for, Env};
 use common::{gpus, kubelet, NODE};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_kubelet_plugin::capacity::{names, offer, PublishPolicy};
+use gpuslice_kubelet_plugin::dra::publish::Publisher;
+use gpuslice_kubelet_plugin::dra::slicewatch;
 use gpuslice_kubelet_plugin::gpu::{Gpu, StaticGpus};
-use gpuslice_kubelet_plugin::publish::Publisher;
-use gpuslice_kubelet_plugin::slicewatch;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use tokio::sync::{oneshot, Notify};
 

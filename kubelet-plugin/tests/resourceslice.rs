@@ -9,10 +9,10 @@ use gpuslice_api::{MemoryRequest, Owner, SliceRequest};
 use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy};
-use gpuslice_kubelet_plugin::claim::ClaimRef;
+use gpuslice_kubelet_plugin::dra::claim::ClaimRef;
+use gpuslice_kubelet_plugin::dra::resourceslice::resource_slices;
+use gpuslice_kubelet_plugin::dra::validate::resource_slice;
 use gpuslice_kubelet_plugin::gpu::Gpu;
-use gpuslice_kubelet_plugin::resourceslice::resource_slices;
-use gpuslice_kubelet_plugin::validate::resource_slice;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
 #[test]
@@ -171,7 +171,7 @@ fn published_capacity_is_exactly_what_the_arbiter_admits() {
     for u in &uids[..4] {
         assert!(r[u].is_ok(), "{:?}", r[u]);
     }
-    let e = r[&uids[4]].as_ref().unwrap_err();
+    let e = r[&uids[4]].as_ref().unwrap_err().to_string();
     assert!(
         e.contains("device gpu-1") && e.contains("capacity slices"),
         "{e}"

@@ -1,6 +1,8 @@
 //! Device nodes of the assigned GPUs, for engines where gpuslice injects devices
 //! (`runtime.inject_devices`): `/dev/nvidia<index>` of each assigned host index (required) plus
-//! the control nodes `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools` when the host has them.
+//! the control nodes the host has, the same list the CDI specs name
+//! ([`gpuslice_cdi::discover::present_control_nodes`]: `nvidiactl`, `nvidia-uvm`,
+//! `nvidia-uvm-tools`, `nvidia-modeset`, `nvidia-caps/*`).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -27,9 +29,6 @@ pub struct DeviceError {
     /// Why.
     pub reason: String,
 }
-
-/// Control nodes added when present.
-pub const CONTROL_NODES: [&str; 3] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"];
 
 fn char_node(dev_root: &Path, name: &str) -> Result<DeviceNode, String> {
     let m = std::fs::metadata(dev_root.join(name)).map_err(|e| e.to_string())?;
@@ -59,10 +58,13 @@ pub fn nodes_for(dev_root: &Path, indices: &[u32]) -> Result<Vec<DeviceNode>, De
         })?;
         out.push(node);
     }
-    for name in CONTROL_NODES {
-        if let Ok(n) = char_node(dev_root, name) {
-            out.push(n);
-        }
+    for n in gpuslice_cdi::discover::present_control_nodes(dev_root) {
+        out.push(DeviceNode {
+            path: n.path,
+            // Device numbers are 32-bit (`libc::major`): the conversions cannot fail.
+            major: i64::try_from(n.major).unwrap_or(i64::MAX),
+            minor: i64::try_from(n.minor).unwrap_or(i64::MAX),
+        });
     }
     Ok(out)
 }
@@ -76,13 +78,29 @@ mod tests {
         let root = std::env::temp_dir().join(format!("gs-h9-dev-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
-        for n in ["nvidia0", "nvidia1", "nvidiactl"] {
+        std::fs::create_dir_all(root.join("nvidia-caps")).unwrap();
+        for n in [
+            "nvidia0",
+            "nvidia1",
+            "nvidiactl",
+            "nvidia-modeset",
+            "nvidia-caps/nvidia-cap1",
+        ] {
             std::os::unix::fs::symlink("/dev/null", root.join(n)).unwrap();
         }
         std::fs::write(root.join("nvidia-uvm"), b"regular file").unwrap();
         let nodes = nodes_for(&root, &[1]).unwrap();
         let paths: Vec<&str> = nodes.iter().map(|n| n.path.as_str()).collect();
-        assert_eq!(paths, ["/dev/nvidia1", "/dev/nvidiactl"]);
+        // The CDI specs' control nodes, those that are character devices.
+        assert_eq!(
+            paths,
+            [
+                "/dev/nvidia1",
+                "/dev/nvidiactl",
+                "/dev/nvidia-modeset",
+                "/dev/nvidia-caps/nvidia-cap1"
+            ]
+        );
         assert_eq!((nodes[0].major, nodes[0].minor), (1, 3));
         let e = nodes_for(&root, &[2]).unwrap_err();
         assert_eq!(e.index, 2);

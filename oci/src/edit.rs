@@ -1,19 +1,22 @@
-//! The edits themselves, as a pure function of the spec and a [`Plan`] (golden-tested):
+//! The edits themselves, as a pure function of the spec and a [`Plan`] (golden-tested): the
+//! OCI rendering of the one description of a slice's container,
+//! [`gpuslice_cdi::container::SliceContainer`] (the CDI rendering is beside it there):
 //!
 //! * the interposer, read-only, at `/usr/lib/gpuslice/libgpuslice.so`;
 //! * the slice directory read-only at `/run/gpuslice`, with its `usage` file bound read-write on
 //!   top (so `limits` and `lease` cannot be written by the tenant, and files the arbiter replaces
 //!   by rename show through the directory mount);
-//! * the merged `ld.so.preload` read-only at `/etc/ld.so.preload`, plus `LD_PRELOAD`;
+//! * the merged `ld.so.preload` read-only at `/etc/ld.so.preload`, plus `LD_PRELOAD` (merged
+//!   with the image's: only OCI edits can);
 //! * `GPUSLICE_SLICE_DIR=/run/gpuslice` and `CUDA_VISIBLE_DEVICES` = the assigned UUIDs (and
 //!   `NVIDIA_VISIBLE_DEVICES` when the spec already sets it, for the NVIDIA runtime);
-//! * the assigned GPUs' device nodes when gpuslice injects devices;
+//! * the assigned GPUs' device nodes when gpuslice injects devices (not those the spec has);
 //! * hooks: `createRuntime` → `gpuslice-hook create-runtime`, `poststop` → `gpuslice-hook poststop`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gpuslice_api::AssignedDevice;
-use gpuslice_region::layout::USAGE_FILE;
+use gpuslice_cdi::container::{self, Bind, HookCall, SliceContainer, SliceGrant, HOOK_STAGES};
 use oci_spec::runtime::{
     HookBuilder, LinuxDeviceBuilder, LinuxDeviceCgroupBuilder, LinuxDeviceType, MountBuilder,
 };
@@ -21,16 +24,11 @@ use oci_spec::runtime::{
 use crate::devices::DeviceNode;
 use crate::spec::{SpecDoc, SpecError};
 
-/// The interposer inside the container.
-pub const CONTAINER_INTERPOSER: &str = "/usr/lib/gpuslice/libgpuslice.so";
-/// The slice directory inside the container.
-pub const CONTAINER_SLICE_DIR: &str = "/run/gpuslice";
-/// The preload file inside the container.
-pub const CONTAINER_PRELOAD: &str = "/etc/ld.so.preload";
+pub use container::HOOK_TIMEOUT_S;
+pub use gpuslice_region::layout::{CONTAINER_INTERPOSER, CONTAINER_PRELOAD, CONTAINER_SLICE_DIR};
+
 /// The merged preload file's name in the slice directory on the host.
 pub const PRELOAD_FILE: &str = "ld.so.preload";
-/// Hook timeout written into the spec, seconds.
-pub const HOOK_TIMEOUT_S: i64 = 10;
 
 /// What to add to a spec.
 #[derive(Clone, Debug, Default)]
@@ -51,6 +49,33 @@ pub struct Plan {
     pub extra_env: Vec<(String, String)>,
 }
 
+impl Plan {
+    /// The grant this plan describes.
+    pub fn grant(&self) -> SliceGrant {
+        SliceGrant {
+            interposer: Some(self.interposer.clone()),
+            preload_file: self.preload_file.clone(),
+            slice_dir: self.slice_dir.clone(),
+            device_uuids: self.devices.iter().map(|d| d.uuid.clone()).collect(),
+            device_nodes: self
+                .device_nodes
+                .iter()
+                .map(|n| container::Node {
+                    path: n.path.clone(),
+                    host_path: None,
+                    major: n.major,
+                    minor: n.minor,
+                })
+                .collect(),
+            hook: self.hook.as_ref().map(|(path, args)| HookCall {
+                path: path.clone(),
+                args: args.clone(),
+            }),
+            extra_env: self.extra_env.clone(),
+        }
+    }
+}
+
 /// An edit could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum EditError {
@@ -62,59 +87,50 @@ pub enum EditError {
     Build(String),
 }
 
-fn bind(
-    src: &Path,
-    dst: &str,
-    rw: bool,
-    exec: bool,
-) -> Result<oci_spec::runtime::Mount, EditError> {
-    let mut opts = vec!["bind".to_string(), if rw { "rw" } else { "ro" }.to_string()];
-    opts.extend(["nosuid".to_string(), "nodev".to_string()]);
-    if !exec {
-        opts.push("noexec".to_string());
-    }
+fn build_err(e: impl std::fmt::Display) -> EditError {
+    EditError::Build(e.to_string())
+}
+
+fn mount(m: &Bind) -> Result<oci_spec::runtime::Mount, EditError> {
     MountBuilder::default()
-        .destination(dst)
+        .destination(&m.container)
         .typ("bind")
-        .source(src)
-        .options(opts)
+        .source(&m.host)
+        .options(m.options())
         .build()
-        .map_err(|e| EditError::Build(e.to_string()))
+        .map_err(build_err)
 }
 
 /// Applies `plan` to `doc`.
 pub fn apply(doc: &mut SpecDoc, plan: &Plan) -> Result<(), EditError> {
-    doc.push_mount(&bind(&plan.interposer, CONTAINER_INTERPOSER, false, true)?)?;
-    if let Some(dir) = &plan.slice_dir {
-        doc.push_mount(&bind(dir, CONTAINER_SLICE_DIR, false, false)?)?;
-        let usage = format!("{CONTAINER_SLICE_DIR}/{}", USAGE_FILE);
-        doc.push_mount(&bind(&dir.join(USAGE_FILE), &usage, true, false)?)?;
-        doc.set_env("GPUSLICE_SLICE_DIR", CONTAINER_SLICE_DIR)?;
-    }
-    if let Some(p) = &plan.preload_file {
-        doc.push_mount(&bind(p, CONTAINER_PRELOAD, false, false)?)?;
+    render(doc, &SliceContainer::of(&plan.grant()))
+}
+
+/// Writes `c` into `doc` as OCI edits.
+pub fn render(doc: &mut SpecDoc, c: &SliceContainer) -> Result<(), EditError> {
+    for m in &c.mounts {
+        doc.push_mount(&mount(m)?)?;
     }
     let env = doc.env();
-    let existing = env
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "LD_PRELOAD")
-        .map(|(_, v)| v.clone());
-    doc.set_env(
-        "LD_PRELOAD",
-        &crate::preload::merge_env(existing.as_deref(), CONTAINER_INTERPOSER),
-    )?;
-    if !plan.devices.is_empty() {
-        let uuids: Vec<&str> = plan.devices.iter().map(|d| d.uuid.as_str()).collect();
-        doc.set_env("CUDA_VISIBLE_DEVICES", &uuids.join(","))?;
-        if env.iter().any(|(k, _)| k == "NVIDIA_VISIBLE_DEVICES") {
-            doc.set_env("NVIDIA_VISIBLE_DEVICES", &uuids.join(","))?;
+    for (k, v) in &c.env {
+        doc.set_env(k, v)?;
+        // The NVIDIA runtime reads its own variable: follow the assignment where it is set.
+        if k == "CUDA_VISIBLE_DEVICES" && env.iter().any(|(k, _)| k == "NVIDIA_VISIBLE_DEVICES") {
+            doc.set_env("NVIDIA_VISIBLE_DEVICES", v)?;
         }
     }
-    for (k, v) in &plan.extra_env {
-        doc.set_env(k, v)?;
+    if let Some(interposer) = c.ld_preload {
+        let existing = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "LD_PRELOAD")
+            .map(|(_, v)| v.clone());
+        doc.set_env(
+            "LD_PRELOAD",
+            &crate::preload::merge_env(existing.as_deref(), interposer),
+        )?;
     }
-    for n in &plan.device_nodes {
+    for n in &c.device_nodes {
         if doc.has_device(&n.path) {
             continue;
         }
@@ -127,7 +143,7 @@ pub fn apply(doc: &mut SpecDoc, plan: &Plan) -> Result<(), EditError> {
             .uid(0u32)
             .gid(0u32)
             .build()
-            .map_err(|e| EditError::Build(e.to_string()))?;
+            .map_err(build_err)?;
         let rule = LinuxDeviceCgroupBuilder::default()
             .allow(true)
             .typ(LinuxDeviceType::C)
@@ -135,24 +151,18 @@ pub fn apply(doc: &mut SpecDoc, plan: &Plan) -> Result<(), EditError> {
             .minor(n.minor)
             .access("rwm")
             .build()
-            .map_err(|e| EditError::Build(e.to_string()))?;
+            .map_err(build_err)?;
         doc.push_device(&dev, &rule)?;
     }
-    if let Some((path, tail)) = &plan.hook {
-        for (stage, sub) in [
-            ("createRuntime", "create-runtime"),
-            ("poststop", "poststop"),
-        ] {
-            let mut args = vec!["gpuslice-hook".to_string()];
-            args.extend(tail.iter().cloned());
-            args.push(sub.to_string());
-            let h = HookBuilder::default()
-                .path(path)
-                .args(args)
+    if let Some(h) = &c.hook {
+        for (name, stage) in HOOK_STAGES {
+            let hook = HookBuilder::default()
+                .path(&h.path)
+                .args(h.argv(stage))
                 .timeout(HOOK_TIMEOUT_S)
                 .build()
-                .map_err(|e| EditError::Build(e.to_string()))?;
-            doc.push_hook(stage, &h)?;
+                .map_err(build_err)?;
+            doc.push_hook(name, &hook)?;
         }
     }
     Ok(())

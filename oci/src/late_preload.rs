@@ -112,14 +112,8 @@ pub fn rewrite_in_place(path: &Path, text: &str) -> Result<(), LatePreloadError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuslice_test_support::Scratch;
     use std::os::unix::fs::MetadataExt;
-
-    fn scratch(tag: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("gs-late-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
 
     /// A bundle whose spec binds `<dir>/state/s1/ld.so.preload` (returned) at /etc/ld.so.preload.
     fn bundle_with(dir: &Path, image_preload: Option<&str>) -> std::path::PathBuf {
@@ -144,7 +138,7 @@ mod tests {
 
     #[test]
     fn image_entries_merged_into_the_same_inode() {
-        let d = scratch("merge");
+        let d = Scratch::new("merge");
         let bundle = bundle_with(&d, Some("/lib/own.so\n# c\n/lib/two.so /lib/own.so\n"));
         let preload = d.join("state/s1/ld.so.preload");
         std::fs::write(&preload, format!("{CONTAINER_INTERPOSER}\n")).unwrap();
@@ -160,7 +154,7 @@ mod tests {
 
     #[test]
     fn no_image_file_keeps_ours_only_and_shrinks_a_longer_file() {
-        let d = scratch("none");
+        let d = Scratch::new("none");
         let bundle = bundle_with(&d, None);
         let preload = d.join("state/s1/ld.so.preload");
         std::fs::write(
@@ -178,7 +172,7 @@ mod tests {
 
     #[test]
     fn symlinked_image_file_refused_and_ours_untouched() {
-        let d = scratch("link");
+        let d = Scratch::new("link");
         let bundle = bundle_with(&d, None);
         std::os::unix::fs::symlink("/etc/hostname", bundle.join("rootfs/etc/ld.so.preload"))
             .unwrap();
@@ -198,7 +192,7 @@ mod tests {
 
     #[test]
     fn missing_preload_config_or_foreign_mount_named() {
-        let d = scratch("missing");
+        let d = Scratch::new("missing");
         let bundle = bundle_with(&d, Some("/lib/own.so\n"));
         let state = d.join("state");
         let gone = state.join("s1/ld.so.preload");

@@ -1,13 +1,12 @@
 //! What every gpuslice container entry point (`gpuslice-runtime`, `containerd-shim-gpuslice-v2`,
 //! `gpuslice-hook`, the kubelet plugin's CDI edits) does to an OCI container: which containers get
-//! a slice ([`select`]), the arbiter client ([`client`]), the edits themselves ([`edit`],
+//! a slice ([`select`]), the arbiter client ([`client`], from `gpuslice-api`), the edits themselves ([`edit`],
 //! [`preload`], [`devices`]) on a JSON view of the OCI spec ([`spec`]), the whole bundle step with
 //! its clean-up on failure ([`prepare`], [`bundle`]), the slice's life around the container
 //! ([`lifecycle`], [`late_preload`]) and the OCI state a hook reads ([`hook_state`]). A library
 //! only: the binaries are in `gpuslice-shim` and `gpuslice-hook`. Reference: `docs/runtime.md`.
 
 pub mod bundle;
-pub mod client;
 pub mod devices;
 pub mod edit;
 pub mod elf_versions;
@@ -22,5 +21,8 @@ pub mod select;
 pub mod settings;
 pub mod spec;
 
+/// The one arbiter client lives in `gpuslice-api` (the CLI uses it too); re-exported so code
+/// written against this path (branches in flight) keeps building.
+pub use gpuslice_api::client;
 pub use prepare::{prepare_bundle, Outcome, PrepareError};
 pub use settings::Settings;

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use gpuslice_api::protocol::valid_slice_id;
 
-use crate::client::{BindResult, Client, ClientError};
 use crate::settings::Settings;
+use gpuslice_api::client::{BindResult, Client, ClientError};
 
 /// Largest pid file read.
 const MAX_PID_FILE: usize = 64;
@@ -126,17 +126,11 @@ pub fn owned_slice(state_dir: &Path, container_id: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scratch(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gs-lc-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
+    use gpuslice_test_support::Scratch;
 
     #[test]
     fn pid_files() {
-        let d = scratch("pid");
+        let d = Scratch::new("pid");
         let f = d.join("pid");
         std::fs::write(&f, "4242").unwrap();
         assert_eq!(read_pid_file(&f).unwrap(), 4242);
@@ -159,7 +153,7 @@ mod tests {
 
     #[test]
     fn cgroup_lines() {
-        let root = scratch("cg");
+        let root = Scratch::new("cg");
         std::fs::create_dir_all(root.join("42")).unwrap();
         std::fs::write(
             root.join("42/cgroup"),
@@ -178,7 +172,7 @@ mod tests {
 
     #[test]
     fn owned_slice_needs_a_record_naming_the_container() {
-        let d = scratch("own");
+        let d = Scratch::new("own");
         assert_eq!(owned_slice(&d, "c1"), None, "no slice directory");
         std::fs::create_dir_all(d.join("c1")).unwrap();
         assert_eq!(owned_slice(&d, "c1"), None, "directory without record");

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use gpuslice_api::{Owner, SliceRequest};
 
 use crate::bundle::{config_path, rootfs, write_atomic};
-use crate::client::{Admission, Client, ClientError};
 use crate::devices::{nodes_for, DeviceError};
 use crate::edit::{apply, EditError, Plan, CONTAINER_INTERPOSER, PRELOAD_FILE};
 use crate::ident::slice_id_for;
@@ -22,6 +21,7 @@ use crate::preload::{merge, read_image_preload};
 use crate::select::{select, SelectError, Selection};
 use crate::settings::Settings;
 use crate::spec::{SpecDoc, SpecError};
+use gpuslice_api::client::{Admission, Client, ClientError};
 
 /// What happened to the bundle.
 #[derive(Clone, Debug, PartialEq, Eq)]

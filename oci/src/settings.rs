@@ -8,7 +8,7 @@ use std::time::Duration;
 use gpuslice_api::config::DEFAULT_CONFIG_PATH;
 use gpuslice_api::{Config, ConfigError, FailMode};
 
-use crate::client::DEFAULT_TIMEOUT;
+use gpuslice_api::client::DEFAULT_TIMEOUT;
 
 /// Everything the edit step needs to know about the node.
 #[derive(Clone, Debug)]

@@ -80,8 +80,8 @@ fn open_plan_adds_only_interposer_and_env() {
         doc.0["process"]["env"],
         serde_json::json!([
             "A=1",
-            "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so",
-            "GPUSLICE_MEMORY=1Gi"
+            "GPUSLICE_MEMORY=1Gi",
+            "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"
         ])
     );
     assert!(doc.0.get("hooks").is_none() && doc.0.get("linux").is_none());

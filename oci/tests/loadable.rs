@@ -6,6 +6,7 @@
 
 use gpuslice_oci::elf_versions::{minimal_elf, version_needs, GlibcVersion};
 use gpuslice_oci::loadable::{check, LoadError, Verdict};
+use gpuslice_test_support::Scratch;
 use std::path::{Path, PathBuf};
 
 const HOST_DIRS: [&str; 3] = ["/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"];
@@ -22,17 +23,10 @@ fn host_lib(soname: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{soname} on the host"))
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("gs-loadable-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// A merged-/usr root (`lib` -> `usr/lib`) holding every library this binary needs versions
 /// from, copied from the host.
-fn image(tag: &str) -> PathBuf {
-    let root = scratch(tag);
+fn image(tag: &str) -> Scratch {
+    let root = Scratch::new(tag);
     let dir = root.join("usr/lib/x86_64-linux-gnu");
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink("usr/lib", root.join("lib")).unwrap();
@@ -86,7 +80,7 @@ fn an_image_with_the_needed_glibc_loads() {
 
 #[test]
 fn an_empty_root_is_not_decided_yet() {
-    let root = scratch("empty");
+    let root = Scratch::new("empty");
     assert_eq!(check(&root, &me()).unwrap(), Verdict::NotMounted);
     assert_eq!(
         check(&root.join("absent"), &me()).unwrap(),
@@ -123,7 +117,7 @@ fn an_older_glibc_is_refused_naming_the_version_and_the_floor() {
 
 #[test]
 fn a_static_or_musl_image_is_refused() {
-    let root = scratch("static");
+    let root = Scratch::new("static");
     std::fs::create_dir_all(root.join("lib")).unwrap();
     std::fs::write(root.join("lib/ld-musl-x86_64.so.1"), minimal_elf(62)).unwrap();
     let e = check(&root, &me()).unwrap_err();
@@ -146,7 +140,7 @@ fn a_missing_library_and_another_architecture_are_refused() {
         );
         std::fs::remove_dir_all(&root).unwrap();
     }
-    let root = scratch("arch");
+    let root = Scratch::new("arch");
     std::fs::create_dir_all(root.join("lib64")).unwrap();
     std::fs::write(root.join("lib64/libc.so.6"), minimal_elf(183)).unwrap();
     let e = check(&root, &me()).unwrap_err().to_string();
@@ -159,7 +153,7 @@ fn a_missing_library_and_another_architecture_are_refused() {
 
 #[test]
 fn unreadable_interposer_and_garbage_libc_are_named() {
-    let root = scratch("garbage");
+    let root = Scratch::new("garbage");
     std::fs::create_dir_all(root.join("lib64")).unwrap();
     std::fs::write(root.join("lib64/libc.so.6"), b"not an elf").unwrap();
     let e = check(&root, &me()).unwrap_err().to_string();
@@ -176,7 +170,7 @@ fn unreadable_interposer_and_garbage_libc_are_named() {
 /// of the host is read, so the image has no glibc.
 #[test]
 fn symbolic_links_stay_inside_the_root() {
-    let root = scratch("links");
+    let root = Scratch::new("links");
     std::fs::create_dir_all(root.join("usr/lib")).unwrap();
     std::os::unix::fs::symlink("/../../../../lib/x86_64-linux-gnu", root.join("lib64")).unwrap();
     std::os::unix::fs::symlink("../../../../../../lib64", root.join("usr/lib64")).unwrap();

@@ -25,6 +25,22 @@ pub const LEASE_FILE: &str = "lease";
 /// See [`LIMITS_FILE`].
 pub const USAGE_FILE: &str = "usage";
 
+/// Where a slice directory appears inside a container (read-only, its [`USAGE_FILE`] bound
+/// read-write on top), and where the interposer looks for it when [`SLICE_DIR_ENV`] is unset.
+/// The only spelling of this path in product code: a layer test refuses another.
+pub const CONTAINER_SLICE_DIR: &str = "/run/gpuslice";
+/// The usage file inside a container: [`CONTAINER_SLICE_DIR`] + `/` + [`USAGE_FILE`] (tested).
+pub const CONTAINER_USAGE_FILE: &str = "/run/gpuslice/usage";
+/// The interposer inside a container.
+pub const CONTAINER_INTERPOSER: &str = "/usr/lib/gpuslice/libgpuslice.so";
+/// The preload file inside a container (one line: [`CONTAINER_INTERPOSER`]).
+pub const CONTAINER_PRELOAD: &str = "/etc/ld.so.preload";
+/// The variable naming the slice directory to the interposer.
+pub const SLICE_DIR_ENV: &str = "GPUSLICE_SLICE_DIR";
+/// The arbiter's default state directory on the host (socket, slice directories). Spelled like
+/// [`CONTAINER_SLICE_DIR`] on purpose: inside a container only its own slice shows there.
+pub const HOST_STATE_DIR: &str = "/run/gpuslice";
+
 /// Which file a header belongs to (`FileHeader::kind`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

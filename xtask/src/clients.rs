@@ -78,7 +78,8 @@ pub fn run() -> Result<()> {
     fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     // A host running the arbiter (or a container of a slice) may have slice files at the
     // interposer's default directory; the standalone cap is what is tested here.
-    let slice_dir = Path::new("/run/gpuslice/limits")
+    let slice_dir = Path::new(gpuslice_region::layout::CONTAINER_SLICE_DIR)
+        .join(gpuslice_region::layout::LIMITS_FILE)
         .exists()
         .then(|| scratch.join("no-slice"));
 

@@ -7,7 +7,7 @@
 //! earlier imports such as NVIDIA's toolkit drop-in) plus the class; for 2.x, which merges key
 //! by key, only the class and the keys gpuslice sets.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use toml_edit::{DocumentMut, Item, Table};
 
@@ -15,8 +15,10 @@ use super::ctd_imports::{self, Merge};
 use super::tomlx::{self, copy_missing, ensure_in_array, get_table, set_bool, set_str, table_at};
 use super::{read_optional, ConfigureError, FileChange};
 
-/// The runtime class name.
-pub const CLASS: &str = "gpuslice";
+pub use super::ctd_config::{
+    cri_keys, default_drop_in, glob_match, version_of, Options, Style, CLASS,
+};
+
 /// The annotation pass-through the class needs (Pod annotations reach the runtime).
 pub const POD_ANNOTATIONS: &str = "gpuslice.io/*";
 /// `runtime_type` of the gpuslice shim.
@@ -29,75 +31,6 @@ pub const CDI_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
 pub const DROP_IN_HEADER: &str = "# Written by `gpuslice configure containerd` for containerd 1.x: the CRI plugin table as\n# containerd loads it before this file (the main config and every earlier import, e.g. NVIDIA's\n# toolkit drop-in), copied because containerd 1.x replaces a plugin table from an import instead\n# of merging it, plus the gpuslice runtime class. Edit those files and run the command again.\n";
 /// The first lines of the drop-in for containerd 2.x, which merges imported tables key by key.
 pub const DROP_IN_HEADER_DEEP: &str = "# Written by `gpuslice configure containerd` for containerd 2.x (which merges imported plugin\n# tables key by key): only the gpuslice runtime class and the keys gpuslice sets.\n";
-
-/// How the class runs gpuslice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Style {
-    /// runc's shim with `options.BinaryName = gpuslice-runtime`.
-    #[default]
-    BinaryName,
-    /// `runtime_type = "io.containerd.gpuslice.v2"` (the gpuslice shim).
-    Shim,
-}
-
-/// What to configure.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// The main config file.
-    pub config: PathBuf,
-    /// The drop-in (versions 2 and 3); default `<config dir>/conf.d/gpuslice.toml`.
-    pub drop_in: Option<PathBuf>,
-    /// Edit the main file even where `imports` would do.
-    pub in_place: bool,
-    /// The class style.
-    pub style: Style,
-    /// Path of `gpuslice-runtime` (the `BinaryName` style).
-    pub runtime_path: PathBuf,
-    /// Make `gpuslice` the default runtime (`default_runtime_name`).
-    pub default_runtime: bool,
-    /// Set `enable_cdi = true` (and `cdi_spec_dirs` when absent).
-    pub enable_cdi: bool,
-    /// Version of a config file written from nothing (the file does not exist): 2 or 3.
-    pub new_version: i64,
-    /// Major version of the containerd that loads the file (`None`: unknown), which decides
-    /// how much of the CRI table the drop-in carries ([`Merge::for_config`]).
-    pub series: Option<u32>,
-}
-
-/// The CRI plugin's table path for a config version.
-pub fn cri_keys(version: i64) -> Option<[&'static str; 2]> {
-    match version {
-        1 => Some(["plugins", "cri"]),
-        2 => Some(["plugins", "io.containerd.grpc.v1.cri"]),
-        3 => Some(["plugins", "io.containerd.cri.v1.runtime"]),
-        _ => None,
-    }
-}
-
-/// The config's version (`version`; absent means 1).
-pub fn version_of(doc: &DocumentMut, path: &Path) -> Result<i64, ConfigureError> {
-    match doc.get("version") {
-        None => Ok(1),
-        Some(v) => match v.as_integer() {
-            Some(n @ 1..=3) => Ok(n),
-            _ => Err(ConfigureError::Unsupported {
-                path: path.to_path_buf(),
-                message: format!(
-                    "unsupported config version {}; versions 1, 2 and 3 are known",
-                    v.to_string().trim()
-                ),
-            }),
-        },
-    }
-}
-
-/// The default drop-in beside `config`.
-pub fn default_drop_in(config: &Path) -> PathBuf {
-    config
-        .parent()
-        .unwrap_or(Path::new("/etc/containerd"))
-        .join("conf.d/gpuslice.toml")
-}
 
 /// The files to write (each with its current and wanted text).
 pub fn plan(opts: &Options) -> Result<Vec<FileChange>, ConfigureError> {
@@ -293,39 +226,6 @@ fn add_import(doc: &mut DocumentMut, path: &Path, drop_in: &Path) -> Result<(), 
     }
     ensure_in_array(doc.as_table_mut(), "imports", &[&wanted]);
     Ok(())
-}
-
-/// Shell-style `*` / `?` matching (what containerd's `filepath.Glob` accepts for imports, bar
-/// character classes, which are compared literally). Neither wildcard matches `/`. Runs in
-/// `O(pattern × name)`: an `imports` entry with many stars cannot stall the command.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let n: Vec<char> = name.chars().collect();
-    // ok[j]: the pattern read so far matches the first j characters of the name.
-    let mut ok = vec![false; n.len() + 1];
-    ok[0] = true;
-    for p in pattern.chars() {
-        let mut next = vec![false; n.len() + 1];
-        match p {
-            '*' => {
-                next[0] = ok[0];
-                for j in 1..=n.len() {
-                    next[j] = ok[j] || (next[j - 1] && n[j - 1] != '/');
-                }
-            }
-            '?' => {
-                for j in 1..=n.len() {
-                    next[j] = ok[j - 1] && n[j - 1] != '/';
-                }
-            }
-            c => {
-                for j in 1..=n.len() {
-                    next[j] = ok[j - 1] && n[j - 1] == c;
-                }
-            }
-        }
-        ok = next;
-    }
-    ok[n.len()]
 }
 
 /// The runtime class containerd defines by itself when a config names none: `runc`, on runc's

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{DocumentMut, Item, Table};
 
-use super::containerd::{cri_keys, glob_match, version_of};
+use super::ctd_config::{cri_keys, glob_match, version_of};
 use super::{read_optional, tomlx, ConfigureError};
 
 /// How an imported file's plugin table combines with what was loaded before it.

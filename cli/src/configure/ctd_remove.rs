@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::Item;
 
-use super::containerd::{cri_keys, default_drop_in, version_of, Options, CLASS};
+use super::ctd_config::{cri_keys, default_drop_in, version_of, Options, CLASS};
 use super::{read_optional, tomlx, ConfigureError, FileChange};
 
 /// What removing does: files to rewrite and files to delete.

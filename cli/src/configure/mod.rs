@@ -6,6 +6,7 @@
 
 pub mod containerd;
 pub mod crio;
+pub mod ctd_config;
 pub mod ctd_imports;
 pub mod ctd_remove;
 pub mod docker;

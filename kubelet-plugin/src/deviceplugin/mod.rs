@@ -10,20 +10,20 @@
 //! * [`service`]: the `DevicePlugin` gRPC service; [`serve`]: its socket in kubelet's
 //!   `device-plugins` directory, registration at `kubelet.sock`, and re-registration when
 //!   kubelet restarts.
-//! * [`standin`]: kubelet's side of the API, for tests (not a kubelet).
-//! * [`exclusive`]: the node-wide lock that keeps DRA and device-plugin modes from both
-//!   offering the same GPU memory to the scheduler.
+//! * kubelet's side of the API, for tests (not a kubelet), is in the test support crate
+//!   (`gpuslice_test_support::kubelet`).
+//!
+//! The node-wide lock that keeps DRA and device-plugin modes from both offering the same GPU
+//! memory to the scheduler is shared with DRA: [`crate::exclusive`].
 //!
 //! What a container gets from `Allocate` is environment only ([`ENV_MEMORY`], [`ENV_DEVICES`],
 //! [`gpuslice_oci::select::DEVICE_PLUGIN_ENV`]); the runtime (`runtimeClassName: gpuslice`)
 //! admits the slice at container creation and refuses a disagreeing `gpuslice.io/memory`.
 
-pub mod exclusive;
 pub mod place;
 pub mod run;
 pub mod serve;
 pub mod service;
-pub mod standin;
 pub mod units;
 
 /// The extended resource.

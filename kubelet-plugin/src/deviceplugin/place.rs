@@ -31,6 +31,75 @@ fn free_by_gpu<'a>(gpus: &'a [GpuUnits], ids: &[String]) -> Vec<(&'a GpuUnits, B
         .collect()
 }
 
+/// Why kubelet's request cannot be answered; every message starts with the resource's name.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlaceError {
+    /// `GetPreferredAllocation` with a size that is not a positive count.
+    #[error("{RESOURCE}: allocation size {0} is not a positive count")]
+    BadSize(i32),
+    /// An id kubelet must include is not a unit of this node.
+    #[error("{RESOURCE}: device {0:?} kubelet must include is not a unit of this node")]
+    UnknownMustInclude(String),
+    /// The ids kubelet must include are on two GPUs.
+    #[error("{RESOURCE}: kubelet must include units of two GPUs ({0} and {1}); one container's units are never split across GPUs")]
+    MustIncludeTwoGpus(String, String),
+    /// No single GPU has enough free units.
+    #[error("{RESOURCE}: the container asks {asks} and no single GPU of this node has that many free (one container's units are never split across GPUs); {free}")]
+    NoRoom {
+        /// The request (`50 units (50Gi)`).
+        asks: String,
+        /// Every GPU's free units.
+        free: String,
+    },
+    /// `Allocate` without ids.
+    #[error("{RESOURCE}: Allocate with no device ids")]
+    NoIds,
+    /// An id that is not of the form `GPU-<uuid>::<n>`.
+    #[error(
+        "{RESOURCE}: unknown device id {0:?}: not a unit of this node (ids are GPU-<uuid>::<n>)"
+    )]
+    NotAnId(String),
+    /// An id of a GPU this node does not have.
+    #[error("{RESOURCE}: unknown device id {id:?}: GPU {gpu} is not on this node")]
+    UnknownGpu {
+        /// The id.
+        id: String,
+        /// Its GPU.
+        gpu: String,
+    },
+    /// A unit number beyond the GPU's units.
+    #[error("{RESOURCE}: unknown device id {id:?}: {gpu} has units 0..{last}")]
+    UnknownUnit {
+        /// The id.
+        id: String,
+        /// The GPU's label.
+        gpu: String,
+        /// Its highest unit.
+        last: u32,
+    },
+    /// A unit this node reports unavailable.
+    #[error("{RESOURCE}: device {id:?} is unavailable: {gpu}: {why}")]
+    Unavailable {
+        /// The id.
+        id: String,
+        /// The GPU's label.
+        gpu: String,
+        /// Why its units are unavailable.
+        why: String,
+    },
+    /// The same id twice.
+    #[error("{RESOURCE}: device {0:?} is listed twice")]
+    Twice(String),
+    /// One container's ids on several GPUs.
+    #[error("{RESOURCE}: one container's units span {count} GPUs ({each}); a slice is one cap on one GPU, so they are refused")]
+    SpansGpus {
+        /// How many GPUs.
+        count: usize,
+        /// The units on each.
+        each: String,
+    },
+}
+
 fn amount(units: u64, unit: u64) -> String {
     format!(
         "{units} units ({})",
@@ -46,26 +115,22 @@ pub fn preferred(
     available: &[String],
     must_include: &[String],
     size: i32,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, PlaceError> {
     let size = u32::try_from(size)
         .ok()
         .filter(|s| *s > 0)
-        .ok_or_else(|| format!("{RESOURCE}: allocation size {size} is not a positive count"))?;
+        .ok_or(PlaceError::BadSize(size))?;
     let free = free_by_gpu(gpus, available);
     let mut must_gpu: Option<&str> = None;
     for id in must_include {
         let Some((u, _)) =
             parse_id(id).filter(|(u, n)| gpus.iter().any(|g| g.uuid == *u && *n < g.units))
         else {
-            return Err(format!(
-                "{RESOURCE}: device {id:?} kubelet must include is not a unit of this node"
-            ));
+            return Err(PlaceError::UnknownMustInclude(id.clone()));
         };
         match must_gpu {
             Some(m) if m != u => {
-                return Err(format!(
-                    "{RESOURCE}: kubelet must include units of two GPUs ({m} and {u}); one container's units are never split across GPUs"
-                ))
+                return Err(PlaceError::MustIncludeTwoGpus(m.to_string(), u.to_string()))
             }
             _ => must_gpu = Some(u),
         }
@@ -91,11 +156,10 @@ pub fn preferred(
                 )
             })
             .collect();
-        return Err(format!(
-            "{RESOURCE}: the container asks {} and no single GPU of this node has that many free (one container's units are never split across GPUs); {}",
-            amount(u64::from(size), unit),
-            each.join("; ")
-        ));
+        return Err(PlaceError::NoRoom {
+            asks: amount(u64::from(size), unit),
+            free: each.join("; "),
+        });
     };
     let mut chosen: Vec<u32> = must.iter().copied().collect();
     chosen.extend(
@@ -136,38 +200,37 @@ impl Allocation {
 
 /// Checks one container's `ids`: every one a unit this node advertises and reports available,
 /// none twice, all on one GPU.
-pub fn allocate(gpus: &[GpuUnits], unit: u64, ids: &[String]) -> Result<Allocation, String> {
+pub fn allocate(gpus: &[GpuUnits], unit: u64, ids: &[String]) -> Result<Allocation, PlaceError> {
     if ids.is_empty() {
-        return Err(format!("{RESOURCE}: Allocate with no device ids"));
+        return Err(PlaceError::NoIds);
     }
     let mut per_gpu: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
     for id in ids {
         let Some((u, n)) = parse_id(id) else {
-            return Err(format!(
-                "{RESOURCE}: unknown device id {id:?}: not a unit of this node (ids are GPU-<uuid>::<n>)"
-            ));
+            return Err(PlaceError::NotAnId(id.clone()));
         };
         let Some(g) = gpus.iter().find(|g| g.uuid == u) else {
-            return Err(format!(
-                "{RESOURCE}: unknown device id {id:?}: GPU {u} is not on this node"
-            ));
+            return Err(PlaceError::UnknownGpu {
+                id: id.clone(),
+                gpu: u.to_string(),
+            });
         };
         if n >= g.units {
-            return Err(format!(
-                "{RESOURCE}: unknown device id {id:?}: {} has units 0..{}",
-                g.label(),
-                g.units.saturating_sub(1)
-            ));
+            return Err(PlaceError::UnknownUnit {
+                id: id.clone(),
+                gpu: g.label(),
+                last: g.units.saturating_sub(1),
+            });
         }
         if n >= g.available {
-            return Err(format!(
-                "{RESOURCE}: device {id:?} is unavailable: {}: {}",
-                g.label(),
-                g.note
-            ));
+            return Err(PlaceError::Unavailable {
+                id: id.clone(),
+                gpu: g.label(),
+                why: g.note.clone(),
+            });
         }
         if !per_gpu.entry(u).or_default().insert(n) {
-            return Err(format!("{RESOURCE}: device {id:?} is listed twice"));
+            return Err(PlaceError::Twice(id.clone()));
         }
     }
     if per_gpu.len() > 1 {
@@ -175,11 +238,10 @@ pub fn allocate(gpus: &[GpuUnits], unit: u64, ids: &[String]) -> Result<Allocati
             .iter()
             .map(|(u, s)| format!("{} on {u}", amount(s.len() as u64, unit)))
             .collect();
-        return Err(format!(
-            "{RESOURCE}: one container's units span {} GPUs ({}); a slice is one cap on one GPU, so they are refused",
-            per_gpu.len(),
-            each.join(", ")
-        ));
+        return Err(PlaceError::SpansGpus {
+            count: per_gpu.len(),
+            each: each.join(", "),
+        });
     }
     let (uuid, set) = per_gpu.into_iter().next().unwrap_or_default();
     let units = u32::try_from(set.len()).unwrap_or(u32::MAX);
@@ -231,6 +293,8 @@ mod tests {
         assert_eq!(take(30, &mut free), ("GPU-h".into(), 30));
         assert_eq!(take(40, &mut free), ("GPU-h".into(), 40));
         let e = preferred(&g, GI, &free, &[], 50).unwrap_err();
+        assert!(matches!(e, PlaceError::NoRoom { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("asks 50 units (50Gi)")
                 && e.contains("GPU 0 GPU-h (H100): 6 units (6Gi) free of 76")
@@ -246,7 +310,14 @@ mod tests {
         let got = preferred(&g, GI, &free, &["GPU-h::5".into()], 2).unwrap();
         assert_eq!(got, vec!["GPU-h::0", "GPU-h::5"]);
         let e = preferred(&g, GI, &free, &["GPU-h::5".into(), "GPU-a::1".into()], 3).unwrap_err();
-        assert!(e.contains("two GPUs"), "{e}");
+        assert!(e.to_string().contains("two GPUs"), "{e}");
+        assert_eq!(
+            preferred(&g, GI, &free, &[], 0),
+            Err(PlaceError::BadSize(0))
+        );
+        let e = preferred(&g, GI, &free, &["GPU-h::999".into()], 1).unwrap_err();
+        assert_eq!(e, PlaceError::UnknownMustInclude("GPU-h::999".into()));
+        assert!(e.to_string().starts_with(RESOURCE), "{e}");
     }
 
     #[test]
@@ -265,7 +336,9 @@ mod tests {
                 &ids.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
             )
             .unwrap_err()
+            .to_string()
         };
+        assert_eq!(allocate(&g, GI, &[]).unwrap_err(), PlaceError::NoIds);
         assert!(e(&["nope"], &g).contains("unknown device id \"nope\""));
         assert!(e(&["GPU-x::1"], &g).contains("GPU GPU-x is not on this node"));
         assert!(e(&["GPU-a::36"], &g).contains("has units 0..35"));

@@ -11,8 +11,9 @@ use gpuslice_arbiter::fit::Policy;
 use super::serve::{serve, Paths};
 use super::service::{Plugin, SocketSlices};
 use super::units::{parse_unit, UnitPolicy};
-use super::{exclusive, DEFAULT_DIR, RESOURCE};
+use super::{DEFAULT_DIR, RESOURCE};
 use crate::capacity::PublishPolicy;
+use crate::exclusive;
 use crate::gpu::GpuSource;
 
 /// The device plugin's flags.
@@ -52,14 +53,14 @@ pub struct Node {
 /// Runs the device plugin until a signal.
 pub fn run(args: &Args, node: Node) -> Result<()> {
     let unit = match &args.unit {
-        Some(text) => parse_unit(text).map_err(anyhow::Error::msg)?,
+        Some(text) => parse_unit(text)?,
         None => node.unit,
     };
     let unit_text = match &args.unit {
         Some(text) => format!("--unit {text}"),
         None => format!("kubernetes.device_plugin_unit = {unit} bytes"),
     };
-    let _lock = exclusive::acquire(&node.state_dir, "device-plugin").map_err(anyhow::Error::msg)?;
+    let _lock = exclusive::acquire(&node.state_dir, "device-plugin")?;
     let policy = UnitPolicy {
         unit,
         policy: node.policy,
@@ -85,5 +86,5 @@ pub fn run(args: &Args, node: Node) -> Result<()> {
     };
     let poll = Duration::from_secs(args.device_plugin_poll.max(1));
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(serve(&paths, plugin, poll, crate::serve::stop_signal()))
+    rt.block_on(serve(&paths, plugin, poll, crate::socket::stop_signal()))
 }

@@ -17,7 +17,7 @@ use super::service::{options, Plugin, Service};
 use super::{API_VERSION, KUBELET_SOCKET, RESOURCE, SOCKET};
 use crate::authority::{incoming, server};
 use crate::proto::deviceplugin as api;
-use crate::serve::listen;
+use crate::socket::listen;
 
 fn identity(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
@@ -33,7 +33,7 @@ enum RegisterError {
 async fn register(kubelet: &Path) -> Result<(u64, u64), RegisterError> {
     let id = identity(kubelet)
         .ok_or_else(|| RegisterError::Retry(format!("{} is not there", kubelet.display())))?;
-    let ch = crate::serve::unix_channel(kubelet)
+    let ch = crate::socket::unix_channel(kubelet)
         .await
         .map_err(|e| RegisterError::Retry(format!("connecting to {}: {e}", kubelet.display())))?;
     let mut client = api::registration_client::RegistrationClient::new(ch);

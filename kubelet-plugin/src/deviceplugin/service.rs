@@ -8,8 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpuslice_api::client::{Client, ClientError};
 use gpuslice_api::{NodeStatus, Request, Response};
-use gpuslice_oci::client::Client;
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
@@ -21,10 +21,21 @@ use super::{HEALTHY, UNHEALTHY};
 use crate::gpu::GpuSource;
 use crate::proto::deviceplugin as api;
 
+/// Why the arbiter's view of the node could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SlicesError {
+    /// The arbiter is down, or said no.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// It answered something else than its status.
+    #[error("arbiter answered status with {0}")]
+    Unexpected(String),
+}
+
 /// The arbiter's view of the node (devices and slices).
 pub trait NodeSlices: Send + Sync {
     /// `status`, or why it could not be had.
-    fn status(&self) -> Result<NodeStatus, String>;
+    fn status(&self) -> Result<NodeStatus, SlicesError>;
 }
 
 /// The arbiter daemon at `<state_dir>/arbiter.sock`.
@@ -45,13 +56,12 @@ impl SocketSlices {
 }
 
 impl NodeSlices for SocketSlices {
-    fn status(&self) -> Result<NodeStatus, String> {
+    fn status(&self) -> Result<NodeStatus, SlicesError> {
         let r = Client::connect(&self.state_dir, self.timeout)
-            .and_then(|mut c| c.call(Request::Status {}))
-            .map_err(|e| e.to_string())?;
+            .and_then(|mut c| c.call(Request::Status {}))?;
         match r {
             Response::Status(s) => Ok(s),
-            other => Err(format!("arbiter answered status with {other:?}")),
+            other => Err(SlicesError::Unexpected(format!("{other:?}"))),
         }
     }
 }
@@ -116,7 +126,7 @@ impl Plugin {
         let previous = self.units();
         let next = match self.gpus.gpus() {
             Ok(gpus) => {
-                let st = self.slices.status();
+                let st = self.slices.status().map_err(|e| e.to_string());
                 inventory(
                     &self.unit_policy(),
                     &gpus,
@@ -255,7 +265,7 @@ impl api::device_plugin_server::DevicePlugin for Service {
             )
             .map_err(|e| {
                 tracing::warn!("GetPreferredAllocation: {e}");
-                Status::resource_exhausted(e)
+                Status::resource_exhausted(e.to_string())
             })?;
             container_responses
                 .push(api::ContainerPreferredAllocationResponse { device_i_ds: ids });
@@ -275,7 +285,7 @@ impl api::device_plugin_server::DevicePlugin for Service {
         for c in request.into_inner().container_requests {
             let a = place::allocate(&units, unit, &c.devices_ids).map_err(|e| {
                 tracing::warn!("Allocate: {e}");
-                Status::invalid_argument(e)
+                Status::invalid_argument(e.to_string())
             })?;
             tracing::info!(gpu = %a.uuid, units = a.units, bytes = a.bytes, "allocated");
             container_responses.push(api::ContainerAllocateResponse {

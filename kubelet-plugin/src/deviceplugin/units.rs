@@ -44,16 +44,47 @@ pub struct UnitPolicy {
     pub publish: PublishPolicy,
 }
 
+/// A `--unit` that is not a unit.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum UnitError {
+    /// Not a whole number of MiB.
+    #[error("--unit \"{text}\": {bytes} bytes is not a whole number of MiB (at least 1Mi)")]
+    NotMiB {
+        /// As given.
+        text: String,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// A percentage.
+    #[error("--unit \"{text}\": a unit is a size, not a percent")]
+    Percent {
+        /// As given.
+        text: String,
+    },
+    /// Not a quantity.
+    #[error("--unit \"{text}\": {source}")]
+    Quantity {
+        /// As given.
+        text: String,
+        /// Why.
+        source: gpuslice_api::QuantityError,
+    },
+}
+
 /// Parses `--unit`: a byte quantity (`1Gi`, `256Mi`, bytes), a whole number of MiB.
-pub fn parse_unit(text: &str) -> Result<u64, String> {
-    let what = format!("--unit \"{text}\"");
+pub fn parse_unit(text: &str) -> Result<u64, UnitError> {
+    let text_ = || text.to_string();
     match MemoryRequest::parse(text) {
         Ok(MemoryRequest::Bytes(b)) if b >= MEMORY_STEP && b % MEMORY_STEP == 0 => Ok(b),
-        Ok(MemoryRequest::Bytes(b)) => Err(format!(
-            "{what}: {b} bytes is not a whole number of MiB (at least 1Mi)"
-        )),
-        Ok(MemoryRequest::Percent(_)) => Err(format!("{what}: a unit is a size, not a percent")),
-        Err(e) => Err(format!("{what}: {e}")),
+        Ok(MemoryRequest::Bytes(bytes)) => Err(UnitError::NotMiB {
+            text: text_(),
+            bytes,
+        }),
+        Ok(MemoryRequest::Percent(_)) => Err(UnitError::Percent { text: text_() }),
+        Err(source) => Err(UnitError::Quantity {
+            text: text_(),
+            source,
+        }),
     }
 }
 
@@ -256,11 +287,25 @@ mod tests {
     fn units_are_whole_mib() {
         assert_eq!(parse_unit("1Gi"), Ok(1 << 30));
         assert_eq!(parse_unit("256Mi"), Ok(256 << 20));
+        assert_eq!(
+            parse_unit("1000"),
+            Err(UnitError::NotMiB {
+                text: "1000".into(),
+                bytes: 1000
+            })
+        );
         assert!(parse_unit("1000")
             .unwrap_err()
+            .to_string()
             .contains("whole number of MiB"));
-        assert!(parse_unit("10%").unwrap_err().contains("not a percent"));
-        assert!(parse_unit("1Q").unwrap_err().contains("--unit \"1Q\""));
+        assert!(parse_unit("10%")
+            .unwrap_err()
+            .to_string()
+            .contains("not a percent"));
+        assert!(parse_unit("1Q")
+            .unwrap_err()
+            .to_string()
+            .contains("--unit \"1Q\""));
     }
 
     fn gpu(index: u32, gib: u64) -> Gpu {

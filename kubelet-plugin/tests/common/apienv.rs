@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuslice_arbiter::fit::Policy;
-use gpuslice_kubelet_plugin::apiserver::connect;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
+use gpuslice_kubelet_plugin::dra::apiserver::connect;
+use gpuslice_kubelet_plugin::dra::publish::Publisher;
 use gpuslice_kubelet_plugin::gpu::GpuSource;
-use gpuslice_kubelet_plugin::publish::Publisher;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::Client;
 

@@ -43,8 +43,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use gpuslice_deploy_tests::strict;
-use gpuslice_kubelet_plugin::resourceslice::each_quantity;
-use gpuslice_kubelet_plugin::validate;
+use gpuslice_kubelet_plugin::dra::resourceslice::each_quantity;
+use gpuslice_kubelet_plugin::dra::validate;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;

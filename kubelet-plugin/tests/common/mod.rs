@@ -20,12 +20,12 @@ use gpuslice_arbiter::fit::Policy;
 use gpuslice_arbiter::inventory::DeviceInfo;
 use gpuslice_arbiter::Admission;
 use gpuslice_cdi::CdiError;
-use gpuslice_kubelet_plugin::arbiter::{Admitted, Arbiter, ArbiterError};
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
-use gpuslice_kubelet_plugin::cdi::{device_id, ClaimCdi};
-use gpuslice_kubelet_plugin::checkpoint;
-use gpuslice_kubelet_plugin::claim::{ClaimSource, MemoryClaims};
-use gpuslice_kubelet_plugin::driver::{Driver, Parts};
+use gpuslice_kubelet_plugin::dra::arbiter::{Admitted, Arbiter, ArbiterError};
+use gpuslice_kubelet_plugin::dra::cdi::{device_id, ClaimCdi};
+use gpuslice_kubelet_plugin::dra::checkpoint;
+use gpuslice_kubelet_plugin::dra::claim::{ClaimSource, MemoryClaims};
+use gpuslice_kubelet_plugin::dra::driver::{Driver, Parts};
 use gpuslice_kubelet_plugin::gpu::{Gpu, StaticGpus};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult,

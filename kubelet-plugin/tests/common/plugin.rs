@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpuslice_kubelet_plugin::serve::{serve, Sockets};
+use gpuslice_kubelet_plugin::dra::serve::{serve, Sockets};
 use tokio::sync::{oneshot, Notify};
 
 use super::Node;

@@ -17,9 +17,10 @@ use gpuslice_deploy_tests::{
     IMAGE_PLACEHOLDER,
 };
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
-use gpuslice_kubelet_plugin::claim::ClaimRef;
+use gpuslice_kubelet_plugin::dra::claim::ClaimRef;
+use gpuslice_kubelet_plugin::dra::plan;
 use gpuslice_kubelet_plugin::gpu::Gpu;
-use gpuslice_kubelet_plugin::{plan, quantity};
+use gpuslice_kubelet_plugin::quantity;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult,
     DeviceRequestAllocationResult, ResourceClaim, ResourceClaimStatus, ResourceClaimTemplate,

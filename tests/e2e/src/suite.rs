@@ -42,7 +42,7 @@ impl Node {
     /// [`Node::new`] with the simulated devices `devices` (`GPUSLICE_SIM_DEVICES`).
     pub fn with_devices(tag: &str, devices: &str) -> Result<Self> {
         crate::procs::become_subreaper();
-        let scratch = Scratch::new(tag)?;
+        let scratch = Scratch::new(tag);
         let sim = SimNode::with_devices(&scratch, devices)?;
         let image = image::build(&scratch.dir("image")?)?;
         Ok(Self {

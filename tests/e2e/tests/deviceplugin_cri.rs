@@ -4,7 +4,7 @@
 //!
 //! **No real kubelet ran** — none can be obtained on these machines — nor a scheduler or API
 //! server. kubelet's part is played by the kubelet stand-in
-//! (`gpuslice_kubelet_plugin::deviceplugin::standin`): it serves kubelet's `Registration` on
+//! (`gpuslice_test_support::kubelet`): it serves kubelet's `Registration` on
 //! `<dir>/kubelet.sock`, dials the plugin back (`GetDevicePluginOptions`, `ListAndWatch`), and
 //! for each container does what kubelet's device manager does (the free healthy ids,
 //! `GetPreferredAllocation`, `Allocate`), all over the real device plugin API v1beta1 and real
@@ -38,9 +38,9 @@ use gpuslice_e2e::sim::TWO_DEVICES;
 use gpuslice_e2e::snapshot::Snapshot;
 use gpuslice_e2e::suite::{assert_capped_slice_on, Node};
 use gpuslice_e2e::Arbiter;
-use gpuslice_kubelet_plugin::deviceplugin::standin::{healthy, Kubelet};
 use gpuslice_kubelet_plugin::deviceplugin::{RESOURCE, SOCKET};
 use gpuslice_oci::client::Client;
+use gpuslice_test_support::kubelet::{healthy, Kubelet};
 
 const T: Duration = Duration::from_secs(180);
 const WAIT: Duration = Duration::from_secs(30);

@@ -179,7 +179,7 @@ fn install_then_uninstall(tag: &str, extra: &[(&str, &str)], host_root: bool) ->
     if !require(&format!("uninstall/{tag}"), &[Need::Product]) {
         return Ok(());
     }
-    let scratch = Scratch::new(&format!("uninst-{tag}"))?;
+    let scratch = Scratch::new(&format!("uninst-{tag}"));
     let root = scratch.path();
     node_before(root)?;
     for (_, p) in extra {

@@ -1,16 +1,21 @@
 //! What the suites that run the real processes on the simulated GPU share: the build's profile
 //! directory ([`profile_dir`]), one `gpuslice-arbiter` process of any build ([`Arbiter`]: the
 //! e2e suites run the dist tree's), a simulated node with this build's arbiter ([`SimNode`]),
-//! bounded waits ([`wait`]), and a crate's module graph ([`layers`]). Test code only: failures
-//! panic with what was missing or late.
+//! bounded waits ([`wait`]), the one scratch directory ([`Scratch`]), a crate's module graph
+//! ([`layers`]) and, with the `kubelet` feature, kubelet's side of the device plugin API
+//! (`kubelet`). Test code only: failures panic with what was missing or late.
 
 pub mod arbiter;
+#[cfg(feature = "kubelet")]
+pub mod kubelet;
 pub mod layers;
 pub mod node;
+pub mod scratch;
 pub mod wait;
 
 pub use arbiter::Arbiter;
 pub use node::{profile_dir, NodeConfig, SimNode};
+pub use scratch::Scratch;
 
 /// The last `n` lines of `text` (a daemon's log, for failure messages).
 pub fn tail_lines(text: &str, n: usize) -> String {

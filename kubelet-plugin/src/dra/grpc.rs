@@ -8,8 +8,8 @@ use std::sync::Arc;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use crate::claim::ClaimRef;
-use crate::driver::Driver;
+use crate::dra::claim::ClaimRef;
+use crate::dra::driver::Driver;
 use crate::proto::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration as reg};
 use crate::DRIVER;
 
@@ -18,15 +18,20 @@ pub const PLUGIN_TYPE: &str = "DRAPlugin";
 /// The node services this plugin serves, as kubelet matches them at registration.
 pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
 
+/// kubelet's answer to a registration that failed: its own sentence.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("kubelet refused the registration: {0}")]
+pub struct RegistrationRefused(pub String);
+
 /// `GetInfo` / `NotifyRegistrationStatus`.
 #[derive(Clone, Debug)]
 pub struct Registration {
     /// The DRA socket kubelet should use.
     pub endpoint: String,
     /// Told by kubelet whether registration succeeded (`true`), for readiness.
-    pub registered: Arc<tokio::sync::watch::Sender<Option<Result<(), String>>>>,
+    pub registered: Arc<tokio::sync::watch::Sender<Option<Result<(), RegistrationRefused>>>>,
     /// Notified at each successful registration: a restarted kubelet has (or is about to have)
-    /// deleted the node's ResourceSlices, so the publisher checks them ([`crate::slicewatch`]).
+    /// deleted the node's ResourceSlices, so the publisher checks them ([`crate::dra::slicewatch`]).
     pub on_registered: Arc<tokio::sync::Notify>,
 }
 
@@ -55,7 +60,7 @@ impl reg::registration_server::Registration for Registration {
             Ok(())
         } else {
             tracing::error!(error = %s.error, "kubelet refused the registration");
-            Err(s.error)
+            Err(RegistrationRefused(s.error))
         };
         self.registered.send_replace(Some(outcome));
         Ok(Response::new(reg::RegistrationStatusResponse {}))
@@ -110,9 +115,9 @@ impl Dra {
                             .collect(),
                         error: String::new(),
                     },
-                    Err(error) => v1::NodePrepareResourceResponse {
+                    Err(e) => v1::NodePrepareResourceResponse {
                         devices: Vec::new(),
-                        error,
+                        error: e.to_string(),
                     },
                 };
                 (uid, resp)
@@ -131,7 +136,7 @@ impl Dra {
         let claims = results
             .into_iter()
             .map(|(uid, r)| {
-                let error = r.err().unwrap_or_default();
+                let error = r.err().map(|e| e.to_string()).unwrap_or_default();
                 (uid, v1::NodeUnprepareResourceResponse { error })
             })
             .collect();

@@ -4,17 +4,14 @@
 //! are removed when serving stops.
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::net::UnixListener;
-use tonic::transport::{Endpoint, Uri};
 
 use crate::authority::{incoming, server};
-use crate::driver::Driver;
-use crate::grpc::{Dra, Registration};
+use crate::dra::driver::Driver;
+use crate::dra::grpc::{Dra, Registration};
 use crate::proto::{dra_v1, dra_v1beta1, registration};
+use crate::socket::listen;
 use crate::DRIVER;
 
 /// Where the sockets go.
@@ -36,19 +33,6 @@ impl Sockets {
     pub fn dra(&self) -> PathBuf {
         self.plugin_dir.join("dra.sock")
     }
-}
-
-/// Binds a unix socket at `path` (its directory created, a stale socket file replaced).
-pub fn listen(path: &Path) -> std::io::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    UnixListener::bind(path)
 }
 
 /// Serves both sockets until `shutdown` completes, notifying `on_registered` at each successful
@@ -105,36 +89,4 @@ pub async fn serve(
     let _ = std::fs::remove_file(&reg_path);
     let _ = std::fs::remove_file(&dra_path);
     result.map(|_| ()).context("gRPC server")
-}
-
-/// Resolves on SIGTERM (the DaemonSet's stop) or SIGINT, logging "stopping": the shutdown
-/// future both modes hand their servers.
-pub async fn stop_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("stopping");
-}
-
-/// A gRPC channel to a unix socket.
-pub async fn unix_channel(
-    path: &Path,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://[::]:50051")
-        .connect_timeout(Duration::from_secs(5))
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let p = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(p).await?,
-                ))
-            }
-        }))
-        .await
 }

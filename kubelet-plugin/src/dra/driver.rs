@@ -1,5 +1,5 @@
 //! NodePrepareResources / NodeUnprepareResources, independent of gRPC: per claim, read it,
-//! plan it ([`crate::plan`]), check it against what this node published, checkpoint it, admit its
+//! plan it ([`crate::dra::plan`]), check it against what this node published, checkpoint it, admit its
 //! slice on exactly the allocated GPU, write its CDI spec, return the CDI device ids. Each claim
 //! succeeds or fails alone; a failure undoes what that call did (slice, CDI spec, checkpoint
 //! entry) and says so. Idempotent: a claim already in the checkpoint is completed from the
@@ -13,13 +13,43 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use gpuslice_api::MemoryRequest;
 use gpuslice_arbiter::fit::Policy;
 
-use crate::arbiter::Arbiter;
 use crate::capacity::{self, Offer, PublishPolicy};
-use crate::cdi::ClaimCdi;
-use crate::checkpoint::{Checkpoint, CheckpointError, Entry, Stage};
-use crate::claim::{ClaimRef, ClaimSource, SourceError};
+use crate::dra::arbiter::Arbiter;
+use crate::dra::cdi::ClaimCdi;
+use crate::dra::checkpoint::{Checkpoint, CheckpointError, Entry, Stage};
+use crate::dra::claim::{ClaimRef, ClaimSource, SourceError};
+use crate::dra::plan::{self, Plan};
 use crate::gpu::{Gpu, GpuSource};
-use crate::plan::{self, Plan};
+
+/// Why a claim was not prepared or unprepared. Every message names the claim (and its device
+/// once planned) and goes to kubelet as it is; one that failed after admission began also says
+/// what was undone or what was left behind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// The claim is not at the API server (deleted meanwhile?): nothing was done.
+    #[error("{0}")]
+    NotFound(String),
+    /// The node's GPUs or the claim could not be read: nothing was done.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The claim is not one this node can prepare (another claim under its name, not allocated
+    /// here, a bad configuration, more than a device's published capacity): nothing was done.
+    #[error("{0}")]
+    Plan(String),
+    /// The claim with those already prepared on its GPU exceeds what this node published, or
+    /// its GPU is gone: nothing was done.
+    #[error("{0}")]
+    Capacity(String),
+    /// The checkpoint could not be written.
+    #[error("{0}")]
+    Checkpoint(String),
+    /// Admitting the slice or writing its CDI spec failed (what was undone follows).
+    #[error("{0}")]
+    Prepare(String),
+    /// Releasing the slice or removing its CDI spec failed.
+    #[error("{0}")]
+    Unprepare(String),
+}
 
 /// A prepared claim's device, as kubelet gets it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,7 +135,7 @@ impl Driver {
     pub fn prepare(
         &self,
         claims: &[ClaimRef],
-    ) -> BTreeMap<String, Result<Vec<PreparedDevice>, String>> {
+    ) -> BTreeMap<String, Result<Vec<PreparedDevice>, ClaimError>> {
         claims
             .iter()
             .map(|c| {
@@ -120,7 +150,7 @@ impl Driver {
     }
 
     /// Unprepares every claim; one result per claim UID.
-    pub fn unprepare(&self, claims: &[ClaimRef]) -> BTreeMap<String, Result<(), String>> {
+    pub fn unprepare(&self, claims: &[ClaimRef]) -> BTreeMap<String, Result<(), ClaimError>> {
         claims
             .iter()
             .map(|c| {
@@ -134,8 +164,12 @@ impl Driver {
             .collect()
     }
 
-    fn offers(&self) -> Result<Vec<(Gpu, Offer)>, String> {
-        let gpus = self.parts.gpus.gpus().map_err(|e| e.to_string())?;
+    fn offers(&self, c: &ClaimRef) -> Result<Vec<(Gpu, Offer)>, ClaimError> {
+        let gpus = self
+            .parts
+            .gpus
+            .gpus()
+            .map_err(|e| ClaimError::Unreadable(format!("{c}: {e}")))?;
         let policy = self.policy.current();
         Ok(gpus
             .into_iter()
@@ -146,9 +180,9 @@ impl Driver {
             .collect())
     }
 
-    fn prepare_one(&self, c: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+    fn prepare_one(&self, c: &ClaimRef) -> Result<Vec<PreparedDevice>, ClaimError> {
         let mut state = self.lock();
-        let offers = self.offers().map_err(|e| format!("{c}: {e}"))?;
+        let offers = self.offers(c)?;
         let (plan, fresh) = match state.claims.get(&c.uid) {
             // Kubelet asks again for a claim it was given: the same answer, nothing touched.
             Some(e) if e.stage == Stage::Prepared => {
@@ -162,13 +196,13 @@ impl Driver {
                     .claims
                     .get(&c.namespace, &c.name)
                     .map_err(|e| match e {
-                        SourceError::NotFound => {
-                            format!("{c}: not found at the API server (deleted meanwhile?)")
-                        }
-                        e => format!("{c}: reading it: {e}"),
+                        SourceError::NotFound => ClaimError::NotFound(format!(
+                            "{c}: not found at the API server (deleted meanwhile?)"
+                        )),
+                        e => ClaimError::Unreadable(format!("{c}: reading it: {e}")),
                     })?;
-                let plan =
-                    plan::plan(c, &claim, &self.parts.node, &offers).map_err(|e| e.to_string())?;
+                let plan = plan::plan(c, &claim, &self.parts.node, &offers)
+                    .map_err(|e| ClaimError::Plan(e.to_string()))?;
                 fits(c, &plan, &state, &offers)?;
                 (plan, true)
             }
@@ -179,7 +213,12 @@ impl Driver {
             .map(|(g, _)| g)
             .find(|g| g.info.uuid == plan.uuid)
             .cloned()
-            .ok_or_else(|| format!("{dev}: GPU {} is no longer on this node", plan.uuid))?;
+            .ok_or_else(|| {
+                ClaimError::Capacity(format!(
+                    "{dev}: GPU {} is no longer on this node",
+                    plan.uuid
+                ))
+            })?;
         if fresh {
             state.claims.insert(
                 c.uid.clone(),
@@ -193,7 +232,9 @@ impl Driver {
             );
             if let Err(e) = state.save(&self.parts.checkpoint) {
                 state.claims.remove(&c.uid);
-                return Err(format!("{dev}: {e}; nothing was admitted"));
+                return Err(ClaimError::Checkpoint(format!(
+                    "{dev}: {e}; nothing was admitted"
+                )));
             }
         }
         let id = slice_id(&c.uid);
@@ -219,33 +260,41 @@ impl Driver {
         };
         let admitted = match self.parts.arbiter.admit(&id, &plan.slice) {
             Ok(a) => a,
-            Err(e) => return Err(undo(&mut state, format!("{dev}: {e}"))),
+            Err(e) => return Err(ClaimError::Prepare(undo(&mut state, format!("{dev}: {e}")))),
         };
         if admitted.devices.len() != 1 || admitted.devices[0].uuid != plan.uuid {
             let got: Vec<&str> = admitted.devices.iter().map(|d| d.uuid.as_str()).collect();
-            return Err(undo(
+            return Err(ClaimError::Prepare(undo(
                 &mut state,
                 format!(
                     "{dev}: the arbiter placed slice {id} on {got:?}, not on {}",
                     plan.uuid
                 ),
-            ));
+            )));
         }
         let ids = match self.parts.cdi.write(&c.uid, &gpu, &admitted.slice_dir) {
             Ok(ids) => ids,
-            Err(e) => return Err(undo(&mut state, format!("{dev}: CDI spec: {e}"))),
+            Err(e) => {
+                return Err(ClaimError::Prepare(undo(
+                    &mut state,
+                    format!("{dev}: CDI spec: {e}"),
+                )))
+            }
         };
         if let Some(e) = state.claims.get_mut(&c.uid) {
             e.stage = Stage::Prepared;
             e.cdi_device_ids = ids.clone();
         }
         if let Err(e) = state.save(&self.parts.checkpoint) {
-            return Err(undo(&mut state, format!("{dev}: {e}")));
+            return Err(ClaimError::Checkpoint(undo(
+                &mut state,
+                format!("{dev}: {e}"),
+            )));
         }
         Ok(vec![device_of(&plan, ids)])
     }
 
-    fn unprepare_one(&self, c: &ClaimRef) -> Result<(), String> {
+    fn unprepare_one(&self, c: &ClaimRef) -> Result<(), ClaimError> {
         let mut state = self.lock();
         let id = slice_id(&c.uid);
         let what = match state.claims.get(&c.uid) {
@@ -257,15 +306,15 @@ impl Driver {
         self.parts
             .arbiter
             .release(&id)
-            .map_err(|e| format!("{what}: releasing slice {id}: {e}"))?;
+            .map_err(|e| ClaimError::Unprepare(format!("{what}: releasing slice {id}: {e}")))?;
         self.parts
             .cdi
             .remove(&c.uid)
-            .map_err(|e| format!("{what}: removing the CDI spec: {e}"))?;
+            .map_err(|e| ClaimError::Unprepare(format!("{what}: removing the CDI spec: {e}")))?;
         if state.claims.remove(&c.uid).is_some() {
             state
                 .save(&self.parts.checkpoint)
-                .map_err(|e| format!("{what}: {e}"))?;
+                .map_err(|e| ClaimError::Checkpoint(format!("{what}: {e}")))?;
         }
         Ok(())
     }
@@ -288,7 +337,7 @@ fn fits(
     plan: &Plan,
     state: &Checkpoint,
     offers: &[(Gpu, Offer)],
-) -> Result<(), String> {
+) -> Result<(), ClaimError> {
     let Some((_, offer)) = offers.iter().find(|(g, _)| g.info.uuid == plan.uuid) else {
         return Ok(());
     };
@@ -304,19 +353,19 @@ fn fits(
         .collect();
     let dev = format!("{c}: device {}", plan.device);
     if others.len() >= offer.slices as usize {
-        return Err(format!(
+        return Err(ClaimError::Capacity(format!(
             "{dev}: capacity slices: {} claims are prepared on it, its published capacity is {}",
             others.len(),
             offer.slices
-        ));
+        )));
     }
     let memory: u64 = others.iter().map(|p| bytes(p)).sum::<u64>() + bytes(plan);
     if memory > offer.memory {
-        return Err(format!(
+        return Err(ClaimError::Capacity(format!(
             "{dev}: consumedCapacity.memory: {} with the claims prepared on it is {memory}, above its published memory {}",
             bytes(plan),
             offer.memory
-        ));
+        )));
     }
     let compute: u64 = others
         .iter()
@@ -324,11 +373,11 @@ fn fits(
         .map(|p| u64::from(p.slice.compute.unwrap_or(0)))
         .sum();
     if compute > offer.compute {
-        return Err(format!(
+        return Err(ClaimError::Capacity(format!(
             "{dev}: consumedCapacity.compute: {} with the claims prepared on it is {compute}, above its published compute {}",
             plan.slice.compute.unwrap_or(0),
             offer.compute
-        ));
+        )));
     }
     Ok(())
 }

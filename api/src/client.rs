@@ -1,5 +1,6 @@
-//! The arbiter client used at container creation and by the hook: one JSON line out, one in
-//! (`docs/protocol.md`), every socket operation bounded by a timeout.
+//! The one arbiter client (the runtime, the hook, the kubelet plugin and the CLI): one JSON
+//! line out, one in (`docs/protocol.md`), every socket operation bounded by a timeout, every
+//! error naming the socket.
 //!
 //! `bind` (pid and cgroup of a created container): an older arbiter that does not know it answers
 //! `bad_request`, which [`BindResult::Unsupported`] reports so the hook can carry on.
@@ -9,10 +10,10 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpuslice_api::protocol::{MAX_LINE, SOCKET_NAME};
-use gpuslice_api::{
-    ErrorCode, Owner, Request, RequestEnvelope, Response, ResponseEnvelope, SliceRequest,
-    PROTOCOL_VERSION,
+use crate::protocol::{MAX_LINE, SOCKET_NAME};
+use crate::{
+    AssignedDevice, ErrorCode, Owner, PodRef, Request, RequestEnvelope, Response, ResponseEnvelope,
+    SliceRequest, PROTOCOL_VERSION,
 };
 
 /// Default bound on connecting, sending and waiting for the answer.
@@ -22,13 +23,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nobody answers on the socket.
-    #[error("cannot reach the arbiter at {path}: {source} (is gpuslice-arbiter running?)")]
+    #[error("{}", unreachable(path, cause))]
     Unreachable {
         /// The socket.
         path: PathBuf,
-        /// The connect error.
-        #[source]
-        source: io::Error,
+        /// The connect error (said once, in the message).
+        cause: io::Error,
     },
     /// The connection broke, timed out, or the reply was not understood.
     #[error("arbiter at {path}: {message}")]
@@ -48,6 +48,23 @@ pub enum ClientError {
     },
 }
 
+/// The arbiter is down when its socket is missing (it removes it when it stops) or refuses
+/// connections (it was killed and left the socket file); anything else is said as it is.
+fn unreachable(path: &Path, cause: &io::Error) -> String {
+    const HINT: &str = "start it (systemctl start gpuslice-arbiter), or name another state directory (--state-dir, GPUSLICE_STATE_DIR)";
+    match cause.kind() {
+        io::ErrorKind::NotFound => format!(
+            "cannot reach the arbiter (the arbiter is not running: no socket at {}); {HINT}",
+            path.display()
+        ),
+        io::ErrorKind::ConnectionRefused => format!(
+            "cannot reach the arbiter (the arbiter is not running: {} refuses connections, a socket left by a killed arbiter); {HINT}",
+            path.display()
+        ),
+        _ => format!("cannot reach the arbiter at {}: {cause}", path.display()),
+    }
+}
+
 /// A connection to the arbiter.
 #[derive(Debug)]
 pub struct Client {
@@ -62,7 +79,7 @@ pub struct Admission {
     /// Host directory of the slice.
     pub slice_dir: PathBuf,
     /// Assigned devices.
-    pub devices: Vec<gpuslice_api::AssignedDevice>,
+    pub devices: Vec<AssignedDevice>,
     /// True when the slice already existed (then a failed create must not release it).
     pub existing: bool,
 }
@@ -84,9 +101,9 @@ impl Client {
 
     /// Connects to the socket at `path`.
     pub fn connect_socket(path: &Path, timeout: Duration) -> Result<Client, ClientError> {
-        let s = UnixStream::connect(path).map_err(|source| ClientError::Unreachable {
+        let s = UnixStream::connect(path).map_err(|cause| ClientError::Unreachable {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         let proto = |e: io::Error| ClientError::Protocol {
             path: path.to_path_buf(),
@@ -100,6 +117,11 @@ impl Client {
             reader: BufReader::new(s),
             writer,
         })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     fn proto(&self, message: impl Into<String>) -> ClientError {
@@ -207,7 +229,7 @@ impl Client {
         slice_id: &str,
         pid: Option<u32>,
         cgroup: Option<&str>,
-        pod: Option<gpuslice_api::PodRef>,
+        pod: Option<PodRef>,
     ) -> Result<BindResult, ClientError> {
         let request = Request::Bind {
             slice_id: slice_id.to_string(),
@@ -259,6 +281,30 @@ mod tests {
         let line = server.join().unwrap();
         std::fs::remove_dir_all(&dir).ok();
         line
+    }
+
+    #[test]
+    fn a_missing_or_dead_socket_says_the_arbiter_is_not_running() {
+        let dir = std::env::temp_dir().join(format!("gpuslice-client-down-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(SOCKET_NAME);
+        let _ = std::fs::remove_file(&path);
+        let e = Client::connect(&dir, DEFAULT_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot reach the arbiter"), "{e}");
+        assert!(
+            e.contains(&format!("not running: no socket at {}", path.display())),
+            "{e}"
+        );
+        // A socket file nobody listens on (a killed arbiter's).
+        drop(UnixListener::bind(&path).unwrap());
+        let e = Client::connect(&dir, DEFAULT_TIMEOUT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("refuses connections"), "{e}");
+        assert!(e.contains("systemctl start gpuslice-arbiter"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The API server as the plugin uses it, through the `kube` client (rustls, no OpenSSL): a
 //! client from the in-cluster service account or a kubeconfig ([`connect`]), and the
 //! [`ClaimSource`] that reads ResourceClaims from it ([`ApiClaims`]). The ResourceSlice side is
-//! [`crate::publish`].
+//! [`crate::dra::publish`].
 //!
 //! Only the REST calls the plugin needs, all under `resource.k8s.io/v1`: `GET` of one
 //! ResourceClaim, and list / create / update / delete of this node's ResourceSlices.
@@ -13,7 +13,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
-use crate::claim::{ClaimSource, SourceError};
+use crate::dra::claim::{ClaimSource, SourceError};
 
 /// The client could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -28,13 +28,18 @@ pub async fn connect(kubeconfig: Option<&Path>, timeout: Duration) -> Result<Cli
     client(kubeconfig, timeout, timeout).await
 }
 
-/// A client for watches ([`crate::slicewatch`]): as [`connect`]'s, but a read may wait longer
+/// How long the API server keeps one watch open (below its 295 s maximum), as
+/// [`crate::dra::slicewatch`] asks. A client used for watching needs a read timeout above it
+/// ([`connect_for_watch`]). Here, below the watch, so that the two do not import each other.
+pub const WATCH_SECONDS: u32 = 290;
+
+/// A client for watches ([`crate::dra::slicewatch`]): as [`connect`]'s, but a read may wait longer
 /// than one watch lasts (a quiet watch sends nothing until the server ends it).
 pub async fn connect_for_watch(
     kubeconfig: Option<&Path>,
     timeout: Duration,
 ) -> Result<Client, ConnectError> {
-    let watch = Duration::from_secs(u64::from(crate::slicewatch::WATCH_SECONDS) + 30);
+    let watch = Duration::from_secs(u64::from(WATCH_SECONDS) + 30);
     client(kubeconfig, timeout, watch).await
 }
 
@@ -111,7 +116,7 @@ pub fn code(e: &kube::Error) -> Option<u16> {
 /// ResourceClaims read from the API server, one `GET` per call.
 ///
 /// [`ClaimSource::get`] blocks on `handle` (the driver runs on blocking threads, see
-/// [`crate::grpc`]); it must not be called from inside an async task.
+/// [`crate::dra::grpc`]); it must not be called from inside an async task.
 #[derive(Clone)]
 pub struct ApiClaims {
     client: Client,

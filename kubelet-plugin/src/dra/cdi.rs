@@ -3,8 +3,10 @@
 //! what `gpuslice cdi generate` builds for that one GPU ([`gpuslice_cdi::build`]: control and
 //! GPU device nodes, driver libraries, interposer, `/etc/ld.so.preload`), without the
 //! standalone hooks (the slice already exists: it belongs to the claim, not to a container),
-//! plus the slice directory read-only at `/run/gpuslice` with its `usage` file read-write on
-//! top, `GPUSLICE_SLICE_DIR` and `CUDA_VISIBLE_DEVICES`.
+//! plus the slice's own part, the CDI rendering of the one description of a slice's container
+//! ([`gpuslice_cdi::container::SliceContainer`], which the runtime renders as OCI edits): the
+//! slice directory read-only at `/run/gpuslice` with its `usage` file read-write on top,
+//! `GPUSLICE_SLICE_DIR` and `CUDA_VISIBLE_DEVICES`.
 //!
 //! In a container (the DaemonSet) the plugin does not see the host's driver root, interposer or
 //! hook at their host paths, so [`CdiDir::node_spec`] names the node's own spec instead (the
@@ -14,17 +16,14 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuslice_cdi::spec::{self, Device, Edits, Mount, Spec};
+use gpuslice_cdi::container::{SliceContainer, SliceGrant};
+use gpuslice_cdi::spec::{self, Device, Edits, Spec};
 use gpuslice_cdi::{CdiError, Format, Options};
 
 use crate::gpu::Gpu;
 
 /// Kind of the per-claim devices.
 pub const KIND: &str = "gpuslice.io/claim";
-/// The slice directory inside the container.
-pub const CONTAINER_SLICE_DIR: &str = "/run/gpuslice";
-/// The writable usage file of a slice directory.
-pub const USAGE_FILE: &str = "usage";
 
 /// The qualified CDI device name of a claim.
 pub fn device_id(claim_uid: &str) -> String {
@@ -92,27 +91,15 @@ impl CdiDir {
         edits
             .device_nodes
             .extend(by_uuid.container_edits.device_nodes.iter().cloned());
-        let opts = |rw: &str| {
-            ["bind", rw, "nosuid", "nodev", "noexec"]
-                .map(String::from)
-                .to_vec()
-        };
-        edits.mounts.push(Mount {
-            host_path: slice_dir.display().to_string(),
-            container_path: CONTAINER_SLICE_DIR.into(),
-            options: opts("ro"),
-        });
-        edits.mounts.push(Mount {
-            host_path: slice_dir.join(USAGE_FILE).display().to_string(),
-            container_path: format!("{CONTAINER_SLICE_DIR}/{USAGE_FILE}"),
-            options: opts("rw"),
-        });
-        edits
-            .env
-            .push(format!("GPUSLICE_SLICE_DIR={CONTAINER_SLICE_DIR}"));
-        edits
-            .env
-            .push(format!("CUDA_VISIBLE_DEVICES={}", gpu.info.uuid));
+        // The interposer and preload mounts come with the node's edits above.
+        let slice = SliceContainer::of(&SliceGrant {
+            slice_dir: Some(slice_dir.to_path_buf()),
+            device_uuids: vec![gpu.info.uuid.clone()],
+            ..SliceGrant::default()
+        })
+        .cdi_edits();
+        edits.mounts.extend(slice.mounts);
+        edits.env.extend(slice.env);
         let mut s = Spec {
             cdi_version: String::new(),
             kind: KIND.into(),

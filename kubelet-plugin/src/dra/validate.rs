@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, Device, ResourceSlice};
 
+use crate::dra::resourceslice::MAX_DEVICES_PER_SLICE;
 use crate::quantity;
-use crate::resourceslice::MAX_DEVICES_PER_SLICE;
 
 /// One violation: the field path and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -182,61 +182,71 @@ fn device(d: &Device) -> Vec<Invalid> {
                 );
             }
             if let Err(reason) = policy(p, value) {
-                bad(format!("{f}.requestPolicy"), reason);
+                bad(format!("{f}.requestPolicy"), reason.to_string());
             }
         }
     }
     out
 }
 
-fn policy(p: &CapacityRequestPolicy, value: u64) -> Result<(), String> {
-    let q = |x: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
-        quantity::of(x).map_err(|e| e.to_string())
-    };
+/// Why a capacity's request policy is invalid: its quantities, or the rule it breaks.
+#[derive(Debug, thiserror::Error)]
+enum PolicyError {
+    /// A quantity that does not parse.
+    #[error(transparent)]
+    Quantity(#[from] quantity::QuantityError),
+    /// The rule broken, as the API server says it.
+    #[error("{0}")]
+    Rule(&'static str),
+}
+
+fn policy(p: &CapacityRequestPolicy, value: u64) -> Result<(), PolicyError> {
+    use PolicyError::Rule;
+    let q = quantity::of;
     let default = p.default.as_ref().map(q).transpose()?;
     if default.is_some_and(|d| d > value) {
-        return Err("default above the capacity".into());
+        return Err(Rule("default above the capacity"));
     }
     match (&p.valid_values, &p.valid_range) {
-        (Some(_), Some(_)) => Err("both validValues and validRange".into()),
+        (Some(_), Some(_)) => Err(Rule("both validValues and validRange")),
         (Some(values), None) => {
             let v: Vec<u64> = values.iter().map(q).collect::<Result<_, _>>()?;
             if v.is_empty() || v.len() > 10 {
-                return Err("validValues: 1 to 10 entries".into());
+                return Err(Rule("validValues: 1 to 10 entries"));
             }
             if v.windows(2).any(|w| w[0] >= w[1]) {
-                return Err("validValues: not strictly ascending".into());
+                return Err(Rule("validValues: not strictly ascending"));
             }
             if v.iter().any(|x| *x > value) {
-                return Err("validValues: above the capacity".into());
+                return Err(Rule("validValues: above the capacity"));
             }
             match default {
                 Some(d) if v.contains(&d) => Ok(()),
-                _ => Err("validValues: default must be set and listed".into()),
+                _ => Err(Rule("validValues: default must be set and listed")),
             }
         }
         (None, Some(r)) => {
             let min = q(&r.min)?;
             if min > value {
-                return Err("validRange.min above the capacity".into());
+                return Err(Rule("validRange.min above the capacity"));
             }
             let max = r.max.as_ref().map(q).transpose()?;
             if max.is_some_and(|m| m < min || m > value) {
-                return Err("validRange.max outside min..capacity".into());
+                return Err(Rule("validRange.max outside min..capacity"));
             }
-            let d = default.ok_or("validRange: default must be set")?;
+            let d = default.ok_or(Rule("validRange: default must be set"))?;
             if d < min || max.is_some_and(|m| d > m) {
-                return Err("default outside validRange".into());
+                return Err(Rule("default outside validRange"));
             }
             if let Some(step) = r.step.as_ref().map(q).transpose()? {
                 if step == 0 {
-                    return Err("validRange.step must be positive".into());
+                    return Err(Rule("validRange.step must be positive"));
                 }
                 if (d - min) % step != 0 {
-                    return Err("default − min is not a multiple of step".into());
+                    return Err(Rule("default − min is not a multiple of step"));
                 }
                 if max.is_some_and(|m| (m - min) % step != 0) {
-                    return Err("max − min is not a multiple of step".into());
+                    return Err(Rule("max − min is not a multiple of step"));
                 }
             }
             Ok(())

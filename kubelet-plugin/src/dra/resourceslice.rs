@@ -3,7 +3,7 @@
 //! and `slices` with their request policies ([`crate::capacity`]), attributes `uuid`, `index`,
 //! `productName`, `architecture`, `computeCapability`, `driverVersion`. At most
 //! [`MAX_DEVICES_PER_SLICE`] devices per slice; a larger node spans several slices of one pool
-//! generation. Publishing them through the API server: [`crate::publish`].
+//! generation. Publishing them through the API server: [`crate::dra::publish`].
 
 use std::collections::BTreeMap;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::Plan;
+use crate::dra::plan::Plan;
 
 /// Format version of the file.
 pub const VERSION: u32 = 1;

@@ -22,38 +22,68 @@ pub struct ModeLock {
     pub path: PathBuf,
 }
 
+/// Why the lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum ModeLockError {
+    /// Another plugin holds it (the message names it and says what to do).
+    #[error("another gpuslice-kubelet-plugin runs on this node ({holder}, lock {}): the DRA and device-plugin modes would offer the same GPU memory to the scheduler twice, so only one mode may run per node — stop it, or run this node in one mode only", path.display())]
+    Held {
+        /// What the holder wrote (`--mode dra, pid 7`), or `mode unknown`.
+        holder: String,
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The lock file could not be made, opened, locked or written.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// `creating`, `opening`, `locking`, `writing`.
+        what: &'static str,
+        /// The directory or file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
 /// Takes the node's kubelet-plugin lock for `mode` (`dra`, `device-plugin`), writing
 /// `mode pid` into it; an error naming the holder when another plugin runs.
-pub fn acquire(state_dir: &Path, mode: &str) -> Result<ModeLock, String> {
+pub fn acquire(state_dir: &Path, mode: &str) -> Result<ModeLock, ModeLockError> {
     let path = state_dir.join(FILE);
-    std::fs::create_dir_all(state_dir)
-        .map_err(|e| format!("creating {}: {e}", state_dir.display()))?;
+    let io = |what, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ModeLockError::Io { what, path, source }
+    };
+    std::fs::create_dir_all(state_dir).map_err(io("creating", state_dir))?;
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        .map_err(io("opening", &path))?;
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let holder = holder.trim();
-            return Err(format!(
-                "another gpuslice-kubelet-plugin runs on this node ({}, lock {}): the DRA and device-plugin modes would offer the same GPU memory to the scheduler twice, so only one mode may run per node — stop it, or run this node in one mode only",
-                if holder.is_empty() { "mode unknown" } else { holder },
-                path.display()
-            ));
+            return Err(ModeLockError::Held {
+                holder: if holder.is_empty() {
+                    "mode unknown"
+                } else {
+                    holder
+                }
+                .to_string(),
+                path,
+            });
         }
-        Err(TryLockError::Error(e)) => return Err(format!("locking {}: {e}", path.display())),
+        Err(TryLockError::Error(e)) => return Err(io("locking", &path)(e)),
     }
     let record = format!("--mode {mode}, pid {}\n", std::process::id());
     file.set_len(0)
         .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
         .and_then(|()| file.write_all(record.as_bytes()))
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        .map_err(io("writing", &path))?;
     Ok(ModeLock { _file: file, path })
 }
 
@@ -67,6 +97,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let dra = acquire(&dir, "dra").unwrap();
         let e = acquire(&dir, "device-plugin").unwrap_err();
+        assert!(matches!(e, ModeLockError::Held { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("--mode dra, pid") && e.contains("same GPU memory") && e.contains(FILE),
             "{e}"
@@ -74,6 +106,21 @@ mod tests {
         drop(dra);
         let dp = acquire(&dir, "device-plugin").unwrap();
         drop(dp);
+        // A state directory that cannot be made: the error names it.
+        let file = dir.join("not-a-dir");
+        std::fs::write(&file, b"").unwrap();
+        let e = acquire(&file.join("state"), "dra").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ModeLockError::Io {
+                    what: "creating",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("not-a-dir/state"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

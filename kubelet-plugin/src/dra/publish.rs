@@ -1,5 +1,5 @@
 //! Publishing this node's pool through the API server: the ResourceSlices of
-//! [`crate::resourceslice`] for the GPUs the node has now.
+//! [`crate::dra::resourceslice`] for the GPUs the node has now.
 //!
 //! One sync ([`Publisher::sync_gpus`]):
 //! 1. list the slices of driver `gpuslice.io` on this node (`fieldSelector
@@ -17,7 +17,7 @@
 //!
 //! A conflict (409) or a slice gone meanwhile (404 on update) starts the sync over from a fresh
 //! list, at most [`MAX_ATTEMPTS`] times. Every computed slice is checked by
-//! [`crate::validate`] before anything is sent. The slices are owned by this node's Node object
+//! [`crate::dra::validate`] before anything is sent. The slices are owned by this node's Node object
 //! (`ownerReferences`, read once with `get nodes`), so they go when the node is deleted.
 //!
 //! Quantities are compared by value ([`by_value`]): the API server returns them in canonical
@@ -26,7 +26,7 @@
 //! [`Publisher::run`] syncs at start, whenever the GPUs the node reports change (a GPU appears
 //! or disappears, or NVML stops answering for one: see [`crate::nvml`]), after a failed sync
 //! (with back-off), when woken (slices deleted or changed by someone else, such as a starting
-//! kubelet, or a new registration: [`crate::slicewatch`]), when the arbiter's context charges
+//! kubelet, or a new registration: [`crate::dra::slicewatch`]), when the arbiter's context charges
 //! change (its `contexts.json`, [`crate::policysource`]), and every `resync` period (a
 //! backstop for what the watch missed).
 
@@ -43,12 +43,12 @@ use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::apiserver::{code, describe};
 use crate::capacity::PublishPolicy;
+use crate::dra::apiserver::{code, describe};
+use crate::dra::resourceslice::{by_value, resource_slices};
+use crate::dra::validate;
 use crate::gpu::{Gpu, GpuSource};
 use crate::policysource::PolicySource;
-use crate::resourceslice::{by_value, resource_slices};
-use crate::validate;
 use crate::DRIVER;
 
 /// Syncs retried after a conflict, at most.
@@ -379,7 +379,7 @@ impl Publisher {
     /// Publishes at start and then keeps the pool current until `shutdown` completes: the GPUs
     /// are listed every `poll`; a change, a failed last sync (retried with back-off up to
     /// `resync`), `resync` since the last success, or `wake` (the node's slices deleted or
-    /// changed at the API server, kubelet registered the plugin: see [`crate::slicewatch`]) makes
+    /// changed at the API server, kubelet registered the plugin: see [`crate::dra::slicewatch`]) makes
     /// it sync.
     pub async fn run(
         &self,

@@ -3,8 +3,9 @@
 //! real unix sockets: kubelet's `Registration` server on `<dir>/kubelet.sock`, and per
 //! registration the `DevicePlugin` client on the socket the plugin named (options,
 //! `ListAndWatch`), plus what kubelet's device manager does for one container: the free healthy
-//! ids, `GetPreferredAllocation`, `Allocate`. Used by the stand-in tests of this crate and by the
-//! CRI end-to-end test (`tests/e2e/tests/deviceplugin_cri.rs`).
+//! ids, `GetPreferredAllocation`, `Allocate`. Used by the kubelet plugin's stand-in tests and by
+//! the CRI end-to-end test (`tests/e2e/tests/deviceplugin_cri.rs`); built with this crate's
+//! `kubelet` feature (it links the plugin for its generated protocol types).
 //!
 //! Every function that starts tasks must run inside a tokio runtime.
 
@@ -18,9 +19,9 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
-use super::{API_VERSION, HEALTHY, KUBELET_SOCKET};
-use crate::proto::deviceplugin as api;
-use crate::serve::unix_channel;
+use gpuslice_kubelet_plugin::deviceplugin::{API_VERSION, HEALTHY, KUBELET_SOCKET};
+use gpuslice_kubelet_plugin::proto::deviceplugin as api;
+use gpuslice_kubelet_plugin::socket::unix_channel;
 
 /// kubelet's `Registration` service: every request of the right version is passed on.
 struct Registration(tokio::sync::mpsc::UnboundedSender<api::RegisterRequest>);

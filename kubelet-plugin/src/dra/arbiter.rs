@@ -1,12 +1,12 @@
 //! The arbiter as the driver uses it: admit a claim's slice on exactly its device, release it.
 //! [`SocketArbiter`] talks to the real daemon through the shared client
-//! ([`gpuslice_oci::client`]); tests substitute their own [`Arbiter`].
+//! ([`gpuslice_api::client`]); tests substitute their own [`Arbiter`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpuslice_api::client::Client;
 use gpuslice_api::{AssignedDevice, Owner, SliceRequest};
-use gpuslice_oci::client::Client;
 
 /// An admitted slice.
 #[derive(Clone, Debug, PartialEq, Eq)]

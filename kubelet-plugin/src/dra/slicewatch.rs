@@ -7,7 +7,7 @@
 //! `pkg/kubelet/cm/dra/plugin/registration.go`) and then registers its plugins again. The wipe
 //! may land before or after the new registration, so both wake the publisher: every `Deleted`
 //! or `Modified` event of a watch on the node's slices, and every successful registration
-//! ([`crate::grpc::Registration`]). The publisher's sync lists and compares, so a wake that finds
+//! ([`crate::dra::grpc::Registration`]). The publisher's sync lists and compares, so a wake that finds
 //! the pool as it should be writes nothing.
 //!
 //! The watch lists once for a `resourceVersion`, then watches from it, resuming from the last
@@ -24,11 +24,9 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio_stream::StreamExt;
 
-use crate::apiserver::describe;
+use crate::dra::apiserver::describe;
 
-/// How long the API server keeps one watch open (below its 295 s maximum). A client used for
-/// watching needs a read timeout above it ([`crate::apiserver::connect_for_watch`]).
-pub const WATCH_SECONDS: u32 = 290;
+pub use crate::dra::apiserver::WATCH_SECONDS;
 /// The first wait after a failed list or watch; doubled up to [`MAX_BACKOFF`].
 const BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);

@@ -3,7 +3,7 @@
 //! the `SliceConfig`s that apply to that request. Every refusal names the claim, the device and
 //! the field.
 //!
-//! Request policy, as published ([`crate::resourceslice`]): the memory cap is exactly the
+//! Request policy, as published ([`crate::dra::resourceslice`]): the memory cap is exactly the
 //! consumed `memory` (bytes; the scheduler rounded it to whole MiB, a claim that names none got
 //! the whole offer); the guarantee is the consumed `compute` (0 = best effort); `computeLimit`
 //! and `priority` come from the opaque `SliceConfig` (defaults 100 and normal). One claim = one
@@ -15,9 +15,9 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde::{Deserialize, Serialize};
 
 use crate::capacity::{names, Offer};
-use crate::claim::ClaimRef;
+use crate::dra::claim::ClaimRef;
+use crate::dra::sliceconfig::{self, SliceConfig};
 use crate::gpu::{index_of, Gpu};
-use crate::sliceconfig::{self, SliceConfig};
 use crate::{quantity, DRIVER};
 
 /// What one claim becomes.
