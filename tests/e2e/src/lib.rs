@@ -27,6 +27,7 @@ pub mod daemon;
 pub mod docker;
 pub mod gate;
 pub mod image;
+pub mod metrics;
 pub mod package;
 pub mod paths;
 pub mod pod;

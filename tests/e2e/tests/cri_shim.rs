@@ -10,7 +10,8 @@
 //! the containers reach us only through `Task.Create`; 1.6 and 1.7 start once per task and the
 //! second `start` reuses the proxy); while both containers hold their memory the arbiter has
 //! exactly one slice per container id, and each sees a 1 GiB device (CUDA and NVML) and gets
-//! `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB; when the containers have exited their slices are
+//! `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB, and a scrape of the arbiter's metrics labels each
+//! slice with the Pod's `namespace`, `pod` and `container`; when the containers have exited their slices are
 //! released while the Pod still runs (per-container `Delete`); after the Pod is removed nothing
 //! is left behind (state directory, mounts, processes: proxies and runc v2 shims included). The
 //! flow is `gpuslice_e2e::pod`, shared with `cri.rs`; the shim's own checks are here.
@@ -41,7 +42,7 @@ fn pod_path(series: &str) -> Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("q{series}"))?;
-    let arbiter = node.start_arbiter()?;
+    let (arbiter, metrics) = node.start_arbiter_with_metrics()?;
     let mut env = arbiter.client_env();
     env.push(daemon_path(&bins));
     let ctd = Containerd::start_with_extra(
@@ -59,6 +60,7 @@ fn pod_path(series: &str) -> Result<()> {
         node: &node,
         arbiter: &arbiter,
         ctd: &ctd,
+        metrics: Some(&metrics),
     };
     run.run(|stage| {
         match stage {
