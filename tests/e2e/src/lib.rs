@@ -39,6 +39,7 @@ pub mod scratch;
 pub mod shimv2;
 pub mod sim;
 pub mod snapshot;
+pub mod static_image;
 pub mod stock;
 pub mod suite;
 pub mod workload;

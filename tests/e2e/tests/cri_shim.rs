@@ -17,43 +17,22 @@
 //! flow is `gpuslice_e2e::pod`, shared with `cri.rs`; the shim's own checks are here.
 
 use anyhow::{ensure, Result};
-use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::gate::{require, Need};
+use gpuslice_e2e::gate::require;
 use gpuslice_e2e::paths;
 use gpuslice_e2e::pod::{slices, wait_slices, PodRun, Stage};
-use gpuslice_e2e::shimv2::{self, cri_runtime_class, daemon_path, SHIM};
+use gpuslice_e2e::shimv2;
 use gpuslice_e2e::suite::Node;
 use std::time::Duration;
 
 fn pod_path(series: &str) -> Result<()> {
     let bins = paths::containerd(series);
     let suite = format!("cri-{series}/shim-v2-pod");
-    if !require(
-        &suite,
-        &[
-            Need::Root,
-            Need::Binary(bins.containerd()),
-            Need::Binary(paths::runc()),
-            Need::Binary(paths::product(SHIM)),
-            Need::Dist,
-            Need::Product,
-        ],
-    ) {
+    if !require(&suite, &shimv2::shim_needs(&bins)) {
         return Ok(());
     }
     let node = Node::new(&format!("q{series}"))?;
     let (arbiter, metrics) = node.start_arbiter_with_metrics()?;
-    let mut env = arbiter.client_env();
-    env.push(daemon_path(&bins));
-    let ctd = Containerd::start_with_extra(
-        &bins,
-        &node.scratch,
-        &Options {
-            gpuslice_runtime: None,
-            env,
-        },
-        &cri_runtime_class(&bins, "gpuslice"),
-    )?;
+    let ctd = shimv2::start_cri_shim(&bins, &node, &arbiter)?;
     let run = PodRun {
         series,
         label: "shim-v2-pod",
