@@ -77,4 +77,67 @@ impl State {
         }
         self.admission.set_foreign(list);
     }
+
+    /// Drops the foreign processes that have exited since the backstop's last check, so a
+    /// device is open again as soon as its whole-GPU tenant is gone, not one period later (an
+    /// admit right after a bare CUDA run ends would otherwise be refused).
+    pub(super) fn forget_exited_foreign(&mut self) {
+        let list = self.admission.foreign();
+        let live: Vec<ForeignProcess> = list
+            .iter()
+            .filter(|f| {
+                gpuslice_region::liveness::stat_of(f.pid)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|st| !st.exited())
+            })
+            .cloned()
+            .collect();
+        if live.len() != list.len() {
+            self.set_foreign(live);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::{DeviceInventory, StaticInventory};
+    use crate::store::Store;
+    use gpuslice_api::{Request, Response};
+
+    fn admit_on(st: &mut State, id: &str, dev: u32) -> Response {
+        let line = format!("{{\"memory\":\"1Gi\",\"devices\":{{\"list\":[{{\"index\":{dev}}}]}}}}");
+        st.handle(Request::Admit {
+            slice_id: id.into(),
+            request: serde_json::from_str(&line).unwrap(),
+            owner: Default::default(),
+        })
+    }
+
+    /// A foreign process that has exited no longer keeps its device closed, even before the
+    /// backstop's next check; one still running does.
+    #[test]
+    fn an_exited_foreign_process_is_forgotten_at_admission() {
+        let dir = std::env::temp_dir().join(format!("gs-foreign-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let devs = StaticInventory::fake(&[("GPU", 8 << 30), ("GPU", 8 << 30)])
+            .devices()
+            .unwrap();
+        let (mut st, _) =
+            State::open(devs, crate::Policy::default(), Store::open(&dir).unwrap()).unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let f = |device, pid| ForeignProcess {
+            device,
+            pid,
+            ..ForeignProcess::default()
+        };
+        st.set_foreign(vec![f(0, std::process::id()), f(1, gone.id())]);
+        assert!(matches!(admit_on(&mut st, "a", 0), Response::Error { .. }));
+        let r = admit_on(&mut st, "b", 1);
+        assert!(matches!(r, Response::Admitted { .. }), "{r:?}");
+        assert_eq!(st.admission.foreign().len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
