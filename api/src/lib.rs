@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod config;
+pub mod interposer;
 pub mod pod;
 pub mod protocol;
 pub mod quantity;
@@ -16,9 +17,9 @@ pub use config::{
 };
 pub use pod::PodRef;
 pub use protocol::{
-    AssignedDevice, BackstopEvent, ContextStatus, DeviceStatus, ErrorCode, NodeStatus, Owner,
-    ProcessFootprint, Request, RequestEnvelope, Response, ResponseEnvelope, ShareStatus,
-    SliceStatus, PROTOCOL_VERSION,
+    AssignedDevice, BackstopEvent, ContextStatus, DeviceStatus, ErrorCode, ForeignProcess,
+    NodeStatus, Owner, ProcessFootprint, Request, RequestEnvelope, Response, ResponseEnvelope,
+    ShareStatus, SliceStatus, PROTOCOL_VERSION,
 };
 pub use quantity::{ByteSize, MemoryRequest, QuantityError};
 pub use request::{DeviceRef, DeviceSelector, Priority, RequestError, SliceRequest};

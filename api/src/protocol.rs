@@ -277,6 +277,28 @@ pub struct NodeStatus {
     /// backstop, or from arbiters that predate it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub processes: Vec<ProcessFootprint>,
+    /// CUDA processes outside gpuslice (in no slice, without the interposer) on a device, as
+    /// the backstop saw them at its last check: such a device is foreign-owned and takes no
+    /// new slice (`docs/nvidia-toolkit.md`, "One GPU, one owner"). Empty when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<ForeignProcess>,
+}
+
+/// A CUDA process on a device that belongs to no slice and runs without the interposer: a
+/// whole-GPU tenant (NVIDIA's device plugin, a process started by hand). It marks its device
+/// foreign-owned.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForeignProcess {
+    /// NVML index of the device.
+    pub device: u32,
+    /// Host pid.
+    pub pid: u32,
+    /// Its command name (`/proc/<pid>/comm`; empty when unreadable).
+    #[serde(default)]
+    pub comm: String,
+    /// Bytes NVML lists for it on the device (`None`: NVML cannot say).
+    #[serde(default)]
+    pub used: Option<u64>,
 }
 
 /// One process of a slice on one device, as the backstop last saw it: what NVML lists for it

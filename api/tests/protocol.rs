@@ -196,6 +196,12 @@ fn responses_round_trip() {
                 counted: Some(7 << 30),
                 footprint: Some(1 << 30),
             }],
+            foreign: vec![gpuslice_api::ForeignProcess {
+                device: 1,
+                pid: 7001,
+                comm: "python3".into(),
+                used: Some(2 << 30),
+            }],
         }),
         Response::Error {
             code: ErrorCode::Refused,

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use gpuslice_api::protocol::{is_dra_slice, valid_slice_id};
 use gpuslice_api::quantity::format_bytes;
 use gpuslice_api::{
-    AssignedDevice, DeviceRef, DeviceSelector, DeviceStatus, ErrorCode, MemoryRequest, NodeStatus,
-    Owner, Placement, Priority, RequestError, SliceRequest, SliceStatus,
+    AssignedDevice, DeviceRef, DeviceSelector, DeviceStatus, ErrorCode, ForeignProcess,
+    MemoryRequest, NodeStatus, Owner, Placement, Priority, RequestError, SliceRequest, SliceStatus,
 };
 
 use crate::fit::{best_effort_share, check, Ask, Constraint, DeviceRefusal, Load, Policy, Refusal};
@@ -114,6 +114,9 @@ pub struct Admission {
     policy: Policy,
     devices: Vec<DeviceInfo>,
     slices: BTreeMap<String, SliceStatus>,
+    /// CUDA processes outside gpuslice, as the backstop last saw them: their devices take no
+    /// new slice ([`Self::set_foreign`]).
+    foreign: Vec<ForeignProcess>,
 }
 
 impl Admission {
@@ -123,7 +126,50 @@ impl Admission {
             policy,
             devices,
             slices: BTreeMap::new(),
+            foreign: Vec::new(),
         }
+    }
+
+    /// Records the CUDA processes outside gpuslice on the node's devices (the backstop's last
+    /// check). A device with any is foreign-owned: admits place nothing there, and an admit
+    /// that lists it is refused naming them. Slices already there are left as they are (they
+    /// were there first); updates of them are not refused for it.
+    pub fn set_foreign(&mut self, list: Vec<ForeignProcess>) {
+        self.foreign = list;
+    }
+
+    /// The CUDA processes outside gpuslice, as last recorded.
+    pub fn foreign(&self) -> &[ForeignProcess] {
+        &self.foreign
+    }
+
+    /// [`Self::fits`] for a new slice: a foreign-owned device takes none, whatever else fits.
+    fn admits(
+        &self,
+        pos: usize,
+        id: &str,
+        ask: Ask,
+        model: Option<&str>,
+        holdings: &dyn Holdings,
+    ) -> Result<(), DeviceRefusal> {
+        let fitted = self.fits(pos, id, self.load(pos, None), ask, model, holdings);
+        let dev = &self.devices[pos];
+        let processes: Vec<(u32, String)> = self
+            .foreign
+            .iter()
+            .filter(|f| f.device == dev.index)
+            .map(|f| (f.pid, f.comm.clone()))
+            .collect();
+        if processes.is_empty() {
+            return fitted;
+        }
+        let mut refusal = fitted.err().unwrap_or_else(|| DeviceRefusal {
+            index: dev.index,
+            uuid: dev.uuid.clone(),
+            failed: Vec::new(),
+        });
+        refusal.failed.insert(0, Constraint::Foreign { processes });
+        Err(refusal)
     }
 
     /// The policy in force.
@@ -364,15 +410,8 @@ impl Admission {
                         )));
                     }
                     let dev = &self.devices[pos];
-                    self.fits(
-                        pos,
-                        id,
-                        self.load(pos, None),
-                        self.ask(&request, dev),
-                        model,
-                        holdings,
-                    )
-                    .map_err(|d| refused(Refusal::ListedDeviceFull(d)))?;
+                    self.admits(pos, id, self.ask(&request, dev), model, holdings)
+                        .map_err(|d| refused(Refusal::ListedDeviceFull(d)))?;
                     positions.push(pos);
                 }
                 positions
@@ -384,7 +423,7 @@ impl Admission {
                 for (pos, dev) in self.devices.iter().enumerate() {
                     let load = self.load(pos, None);
                     let ask = self.ask(&request, dev);
-                    match self.fits(pos, id, load, ask, model, holdings) {
+                    match self.admits(pos, id, ask, model, holdings) {
                         Ok(()) => {
                             let mut c = Candidate::new(&self.policy, pos, dev, load, ask);
                             if ask.cap.is_none() {
@@ -648,6 +687,7 @@ impl Admission {
             slices: self.slices.values().cloned().collect(),
             backstop: Vec::new(),
             processes: Vec::new(),
+            foreign: self.foreign.clone(),
         }
     }
 }

@@ -127,6 +127,12 @@ pub struct Load {
 /// One failed constraint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Constraint {
+    /// CUDA processes outside gpuslice (no slice, no interposer) hold the device: a whole-GPU
+    /// tenant, which gpuslice never shares a GPU with (`docs/nvidia-toolkit.md`).
+    Foreign {
+        /// Their host pids and command names.
+        processes: Vec<(u32, String)>,
+    },
     /// `model` is not a substring of the device name.
     Model {
         /// The constraint.
@@ -164,6 +170,19 @@ pub enum Constraint {
 impl fmt::Display for Constraint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Constraint::Foreign { processes } => {
+                f.write_str("foreign-owned: CUDA process(es) outside gpuslice hold it (")?;
+                for (i, (pid, comm)) in processes.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "pid {pid} {comm}")?;
+                }
+                f.write_str(
+                    "), a whole-GPU tenant that gpuslice does not share a GPU with; \
+                     gpuslice status names them",
+                )
+            }
             Constraint::Model { wanted, name } => {
                 write!(f, "model \"{wanted}\" does not match \"{name}\"")
             }

@@ -101,6 +101,8 @@ pub fn render(src: &Sources) -> String {
     let dev_committed = gauge_family();
     let dev_guaranteed = gauge_family();
     let dev_slices = gauge_family();
+    let dev_foreign = gauge_family();
+    let foreign_on = |index: u32| status.foreign.iter().filter(|f| f.device == index).count();
     for d in &status.devices {
         let l = labels(&[
             ("device", &d.index.to_string()),
@@ -116,6 +118,9 @@ pub fn render(src: &Sources) -> String {
             .get_or_create(&l)
             .set(f64::from(d.compute_guaranteed) / 100.0);
         dev_slices.get_or_create(&l).set(d.slices.len() as f64);
+        dev_foreign
+            .get_or_create(&l)
+            .set(foreign_on(d.index) as f64);
     }
     let (ctx_footprint, ctx_charge) = (gauge_family(), gauge_family());
     for f in &contexts {
@@ -155,6 +160,7 @@ pub fn render(src: &Sources) -> String {
     let procs = gauge_family();
     let guarantee = gauge_family();
     let limit = gauge_family();
+    let beside = gauge_family();
     let table = ProcessTable::scan(Path::new("/proc"));
     for s in &slices {
         let measured =
@@ -182,6 +188,9 @@ pub fn render(src: &Sources) -> String {
             guarantee
                 .get_or_create(&l)
                 .set(f64::from(s.request.compute.unwrap_or(0)) / 100.0);
+            beside
+                .get_or_create(&l)
+                .set(if foreign_on(d.index) > 0 { 1.0 } else { 0.0 });
             limit
                 .get_or_create(&l)
                 .set(f64::from(s.request.compute_limit.unwrap_or(100)) / 100.0);
@@ -207,6 +216,16 @@ pub fn render(src: &Sources) -> String {
         "gpuslice_device_slices",
         "Slices placed on the device",
         dev_slices,
+    );
+    reg.register(
+        "gpuslice_device_foreign_processes",
+        "CUDA processes outside gpuslice (no slice, no interposer) on the device: while above 0 the device is foreign-owned and takes no new slice",
+        dev_foreign,
+    );
+    reg.register(
+        "gpuslice_slice_beside_foreign",
+        "1 while the slice's device is foreign-owned: a whole-GPU tenant outside gpuslice shares it (the slice was there first and is not killed)",
+        beside,
     );
     reg.register(
         "gpuslice_device_context_footprint_bytes",

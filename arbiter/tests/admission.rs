@@ -870,3 +870,81 @@ fn a_best_effort_slice_goes_where_its_share_is_largest() {
         (None, Some((40 * GI - 4 * 512 * MI) / 4))
     );
 }
+
+/// A device a CUDA process outside gpuslice holds (a whole-GPU tenant) takes no new slice: a
+/// count request goes to another device, a listed one is refused naming the process, a node
+/// with no other device refuses naming it; the slice already there stays and can be updated;
+/// once the process is gone the device takes slices again.
+#[test]
+fn a_foreign_owned_device_takes_no_new_slice() {
+    let devs = [("GPU", 40 * GI), ("GPU", 40 * GI)];
+    let mut a = node(&devs, Placement::Binpack);
+    a.admit("before", mem(GI), Owner::default()).unwrap();
+    assert_eq!(placed_on(&a, "before"), vec![0]);
+    let whole = gpuslice_api::ForeignProcess {
+        device: 0,
+        pid: 7001,
+        comm: "python3".into(),
+        used: Some(2 * GI),
+    };
+    a.set_foreign(vec![whole.clone()]);
+    // Bin-pack would put it beside "before" on device 0; device 1 it is.
+    a.admit("next", mem(GI), Owner::default()).unwrap();
+    assert_eq!(placed_on(&a, "next"), vec![1]);
+    let listed = SliceRequest {
+        devices: DeviceSelector::List(vec![DeviceRef::Index(0)]),
+        ..mem(GI)
+    };
+    let e = a
+        .admit("listed", listed.clone(), Owner::default())
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Refused);
+    let text = e.to_string();
+    assert!(
+        text.contains("device 0 (")
+            && text.contains("foreign-owned")
+            && text.contains("pid 7001 python3"),
+        "{text}"
+    );
+    match refusal(e) {
+        Refusal::ListedDeviceFull(d) => assert_eq!(
+            d.failed,
+            vec![Constraint::Foreign {
+                processes: vec![(7001, "python3".into())]
+            }]
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Both devices foreign-owned: a count request names each.
+    a.set_foreign(vec![
+        whole.clone(),
+        gpuslice_api::ForeignProcess {
+            device: 1,
+            pid: 7002,
+            ..whole.clone()
+        },
+    ]);
+    let text = a
+        .admit("none", mem(GI), Owner::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("needs 1 device(s), 0 fit")
+            && text.contains("pid 7001")
+            && text.contains("pid 7002"),
+        "{text}"
+    );
+    // What was there first stays, can be updated, and is listed beside the process.
+    let up = Change {
+        memory: Some(MemoryRequest::Bytes(2 * GI)),
+        ..Change::default()
+    };
+    a.update("before", &up, &BTreeMap::new()).unwrap();
+    assert_eq!(a.status().foreign.len(), 2);
+    assert!(a.status().devices[0].slices.contains(&"before".to_string()));
+    // The process is gone: device 0 takes slices again.
+    a.set_foreign(Vec::new());
+    a.admit("listed", listed, Owner::default()).unwrap();
+    assert_eq!(placed_on(&a, "listed"), vec![0]);
+    assert!(a.status().foreign.is_empty());
+}

@@ -39,6 +39,9 @@ struct FakeHost {
     fail: bool,
     /// What the interposer counted, per slice id (device position 0).
     ledger: HashMap<String, Vec<Counted>>,
+    /// Pids with the interposer mapped; `unreadable`: pids whose maps cannot be read.
+    interposed: Vec<u32>,
+    unreadable: Vec<u32>,
 }
 
 impl Host for FakeHost {
@@ -62,6 +65,12 @@ impl Host for FakeHost {
     }
     fn ledger(&self, slice_id: &str, dev: usize) -> Option<Vec<Counted>> {
         (dev == 0).then(|| self.ledger.get(slice_id).cloned())?
+    }
+    fn interposed(&self, pid: u32) -> Option<bool> {
+        (!self.unreadable.contains(&pid)).then(|| self.interposed.contains(&pid))
+    }
+    fn comm(&self, pid: u32) -> String {
+        format!("proc{pid}")
     }
 }
 
@@ -634,4 +643,46 @@ fn each_device_is_judged_with_its_own_reserve() {
     let (b, slices) = forked_run(0);
     let mut b = b.with_device_reserve(0, 900 * MI);
     assert!(b.tick(&slices, None).is_empty());
+}
+
+/// Foreign processes: on any device of the node (device 1 has no slice), in no slice, without
+/// the interposer (or with unreadable maps), seen on two checks in a row with the same start
+/// time. Never foreign: a slice's processes, a process with the interposer but no slice, a
+/// process gone, the arbiter's own children (its probe context).
+#[test]
+fn a_cuda_process_outside_gpuslice_is_foreign_on_its_second_check() {
+    let (mut gpu, mut host, slices) = node();
+    let me = std::process::id();
+    host.procs.insert(400, proc(8000, 1, "/kubepods/whole")); // NVIDIA's device plugin's Pod
+    host.procs.insert(401, proc(8001, 1, "/user.slice")); // LD_PRELOAD, no slice
+    host.procs.insert(402, proc(8002, me, "/system.slice")); // the arbiter's probe child
+    host.procs.insert(403, proc(8003, 1, "/secret")); // maps unreadable
+    host.interposed.push(401);
+    host.unreadable.push(403);
+    gpu.procs
+        .insert(0, vec![used(101, 100), used(201, 100), used(401, 50)]);
+    gpu.procs.insert(
+        1,
+        vec![used(400, 2048), used(402, 500), used(403, 10), used(999, 1)],
+    );
+    let mut b = Backstop::new(BackstopConfig::default(), gpu, host, None).with_devices(vec![0, 1]);
+    b.tick(&slices, None);
+    assert!(
+        b.foreign().is_empty(),
+        "one check is not enough: {:?}",
+        b.foreign()
+    );
+    b.tick(&slices, None);
+    let got: Vec<(u32, u32, String, Option<u64>)> = b
+        .foreign()
+        .iter()
+        .map(|f| (f.device, f.pid, f.comm.clone(), f.used))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, 400, "proc400".to_string(), Some(2048 * MI)),
+            (1, 403, "proc403".to_string(), Some(10 * MI)),
+        ]
+    );
 }

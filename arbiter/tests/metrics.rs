@@ -366,3 +366,61 @@ fn each_process_footprint_is_exported() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A foreign-owned device: its foreign-process count, and each slice already there flagged as
+/// sharing it; other devices and slices at 0; the status reply lists the process.
+#[test]
+fn foreign_processes_are_exported_per_device_and_slice() {
+    let tmp = TempDir::new("foreign");
+    let st = state(&tmp.0);
+    let r = st.lock().unwrap().handle(Request::Admit {
+        slice_id: "first".into(),
+        request: SliceRequest {
+            memory: Some("1Gi".parse().unwrap()),
+            ..SliceRequest::default()
+        },
+        owner: Owner::default(),
+    });
+    assert!(matches!(r, Response::Admitted { .. }), "{r:?}");
+    let src = Sources {
+        state: Arc::clone(&st),
+        state_dir: tmp.0.clone(),
+        sched: None,
+    };
+    let dev = st
+        .lock()
+        .unwrap()
+        .admission()
+        .slice("first")
+        .unwrap()
+        .devices[0]
+        .index;
+    let other = 1 - dev;
+    let dev_key = |d: u32| {
+        format!("gpuslice_device_foreign_processes{{device=\"{d}\",uuid=\"GPU-fake-{d}\"}}")
+    };
+    let slice_key = format!(
+        "gpuslice_slice_beside_foreign{{slice=\"first\",device=\"{dev}\",uuid=\"GPU-fake-{dev}\",\
+         namespace=\"\",pod=\"\",container=\"\"}}"
+    );
+    let before = parse(&metrics::render(&src));
+    assert_eq!(before[&dev_key(dev)], 0.0, "{before:?}");
+    assert_eq!(before[&slice_key], 0.0);
+    st.lock()
+        .unwrap()
+        .set_foreign(vec![gpuslice_api::ForeignProcess {
+            device: dev,
+            pid: 7001,
+            comm: "python3".into(),
+            used: Some(GI),
+        }]);
+    let m = parse(&metrics::render(&src));
+    assert_eq!(m[&dev_key(dev)], 1.0, "{m:?}");
+    assert_eq!(m[&dev_key(other)], 0.0);
+    assert_eq!(m[&slice_key], 1.0);
+    let reply = st.lock().unwrap().handle(Request::Status {});
+    match reply {
+        Response::Status(s) => assert_eq!(s.foreign[0].pid, 7001),
+        other => panic!("{other:?}"),
+    }
+}

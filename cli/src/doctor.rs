@@ -108,11 +108,13 @@ pub struct Inputs {
 /// Runs every check.
 pub fn run_checks(i: &Inputs) -> Vec<Check> {
     let mut v = vec![driver(i), nvml(i)];
+    let (arbiter_row, status) = arbiter(i);
     v.extend(crate::doctor_owners::gpu_owners(
         i.nvml_library.as_deref(),
         Path::new("/proc"),
+        status.as_ref().map(|s| s.foreign.as_slice()),
     ));
-    v.extend([arbiter(i), interposer(i), cdi(i)]);
+    v.extend([arbiter_row, interposer(i), cdi(i)]);
     let path = i.search_path.as_deref();
     let present = |binary: &str, config: &Path| {
         config.exists() || crate::doctor_live::which(binary, path).is_some()
@@ -289,34 +291,41 @@ fn nvml(i: &Inputs) -> Check {
     )
 }
 
-fn arbiter(i: &Inputs) -> Check {
+/// The `arbiter` row, and its `status` reply when it answered.
+fn arbiter(i: &Inputs) -> (Check, Option<gpuslice_api::NodeStatus>) {
     let fix = format!(
         "systemctl start gpuslice-arbiter   (or run: gpuslice-arbiter --state-dir {})",
         i.state_dir.display()
     );
     let mut client = match Client::connect(&i.state_dir, client::TIMEOUT) {
         Ok(c) => c,
-        Err(e) => return Check::bad("arbiter", Level::Fail, e.to_string(), fix),
+        Err(e) => return (Check::bad("arbiter", Level::Fail, e.to_string(), fix), None),
     };
     match client.call(Request::Status {}) {
-        Ok(Response::Status(s)) => Check::ok(
-            "arbiter",
-            format!(
-                "answering at {}: {} device(s), {} slice(s)",
-                i.state_dir
-                    .join(gpuslice_api::protocol::SOCKET_NAME)
-                    .display(),
-                s.devices.len(),
-                s.slices.len()
+        Ok(Response::Status(s)) => (
+            Check::ok(
+                "arbiter",
+                format!(
+                    "answering at {}: {} device(s), {} slice(s)",
+                    i.state_dir
+                        .join(gpuslice_api::protocol::SOCKET_NAME)
+                        .display(),
+                    s.devices.len(),
+                    s.slices.len()
+                ),
             ),
+            Some(s),
         ),
-        Ok(other) => Check::bad(
-            "arbiter",
-            Level::Fail,
-            format!("unexpected reply to status: {other:?}"),
-            fix,
+        Ok(other) => (
+            Check::bad(
+                "arbiter",
+                Level::Fail,
+                format!("unexpected reply to status: {other:?}"),
+                fix,
+            ),
+            None,
         ),
-        Err(e) => Check::bad("arbiter", Level::Fail, e.to_string(), fix),
+        Err(e) => (Check::bad("arbiter", Level::Fail, e.to_string(), fix), None),
     }
 }
 

@@ -83,6 +83,10 @@ pub struct DeviceView {
     /// The CUDA context footprint the arbiter measured there and the per-process charge.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<gpuslice_api::ContextStatus>,
+    /// CUDA processes outside gpuslice on it (the device is foreign-owned: no new slice is
+    /// placed here; slices already here keep running beside them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<gpuslice_api::ForeignProcess>,
     /// Its slices.
     pub slices: Vec<SliceRow>,
 }
@@ -125,6 +129,12 @@ impl StatusView {
                 memory_committed: d.memory_committed,
                 compute_guaranteed: d.compute_guaranteed,
                 context: d.context.clone(),
+                foreign: status
+                    .foreign
+                    .iter()
+                    .filter(|f| f.device == d.index)
+                    .cloned()
+                    .collect(),
                 slices: Vec::new(),
             })
             .collect();
@@ -219,6 +229,9 @@ impl StatusView {
                     );
                 }
             }
+            if !d.foreign.is_empty() {
+                let _ = writeln!(out, "  {}", foreign_line(&d.foreign, d.slices.len()));
+            }
             if d.slices.is_empty() {
                 out.push_str("  (no slices)\n");
                 continue;
@@ -285,6 +298,29 @@ impl StatusView {
         }
         out
     }
+}
+
+/// `FOREIGN-OWNED by pid 7001 (python3, 2Gi) …`: who holds the device outside gpuslice, and
+/// what that means for slices new and old.
+fn foreign_line(list: &[gpuslice_api::ForeignProcess], slices: usize) -> String {
+    let who: Vec<String> = list
+        .iter()
+        .map(|f| {
+            let comm = if f.comm.is_empty() { "?" } else { &f.comm };
+            match f.used {
+                Some(b) => format!("pid {} ({comm}, {})", f.pid, bytes(b)),
+                None => format!("pid {} ({comm})", f.pid),
+            }
+        })
+        .collect();
+    let mut line = format!(
+        "FOREIGN-OWNED by {} (CUDA without gpuslice): no new slice is placed here",
+        who.join(", ")
+    );
+    if slices > 0 {
+        line.push_str("; the slices below were here first and share the GPU with it");
+    }
+    line
 }
 
 /// `pid 4121: NVML 8.5Gi, counted 8Gi, own 520Mi (context and modules)`.

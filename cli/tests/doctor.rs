@@ -264,6 +264,8 @@ fn a_cuda_process_without_the_interposer_is_reported() {
         "{detail}"
     );
     assert!(detail.contains("MiB)"), "{detail}");
+    // No arbiter on this scratch node: the row says it cannot tell what the arbiter does.
+    assert!(detail.contains("the arbiter did not answer"), "{detail}");
     assert!(
         fix.unwrap_or_default()
             .contains("nvidia.com/gpu.deploy.device-plugin=false"),

@@ -140,6 +140,7 @@ fn fixed() -> StatusView {
                     charge: 774 << 20,
                     reason: None,
                 }),
+                foreign: vec![],
                 slices: vec![
                     SliceRow {
                         slice_id: "train".into(),
@@ -191,6 +192,7 @@ fn fixed() -> StatusView {
                 memory_committed: 0,
                 compute_guaranteed: 0,
                 context: None,
+                foreign: vec![],
                 slices: vec![],
             },
         ],
@@ -295,6 +297,7 @@ fn achieved_shares_come_from_the_status_reply() {
         slices: vec![slice.clone()],
         backstop: Vec::new(),
         processes: Vec::new(),
+        foreign: Vec::new(),
     };
     let view = StatusView::build(&with, std::path::Path::new("/nonexistent"));
     let row = &view.devices[0].slices[0];
@@ -308,6 +311,7 @@ fn achieved_shares_come_from_the_status_reply() {
         slices: vec![slice],
         backstop: Vec::new(),
         processes: Vec::new(),
+        foreign: Vec::new(),
     };
     let view = StatusView::build(&without, std::path::Path::new("/nonexistent"));
     assert_eq!(view.devices[0].slices[0].achieved_1s, None);
@@ -358,6 +362,7 @@ fn strikes_come_from_the_status_reply() {
         slices: vec![slice("liar"), slice("honest")],
         backstop: Vec::new(),
         processes: Vec::new(),
+        foreign: Vec::new(),
     };
     let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
     let rows = &view.devices[0].slices;
@@ -441,6 +446,7 @@ fn best_effort_shares_come_from_the_status_reply() {
         slices: vec![slice("c30", Some(39 * GI + GI / 2)), slice("old", None)],
         backstop: Vec::new(),
         processes: Vec::new(),
+        foreign: Vec::new(),
     };
     let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
     let text = view.render();
@@ -511,6 +517,7 @@ fn process_footprints_come_from_the_status_reply() {
                 footprint: Some(1),
             },
         ],
+        foreign: Vec::new(),
     };
     let view = StatusView::build(&node, std::path::Path::new("/nonexistent"));
     let text = view.render();
@@ -559,4 +566,37 @@ fn an_unmeasured_context_says_why() {
     let v: serde_json::Value = serde_json::from_str(&view.to_json()).unwrap();
     assert_eq!(v["devices"][0]["context"]["reason"], why);
     assert!(fixed().to_json().find("\"reason\"").is_none());
+}
+
+/// A device with a CUDA process outside gpuslice: named with its pid, command and memory in
+/// the table and in the JSON, and the slices already there are said to share it.
+#[test]
+fn a_foreign_owned_device_is_named_with_its_processes() {
+    let mut view = fixed();
+    let p = |device| gpuslice_api::ForeignProcess {
+        device,
+        pid: 7001,
+        comm: "python3".into(),
+        used: Some(2 * GI),
+    };
+    view.devices[0].foreign = vec![p(0)];
+    view.devices[1].foreign = vec![p(1)];
+    let text = view.render();
+    assert!(
+        text.contains(
+            "  FOREIGN-OWNED by pid 7001 (python3, 2Gi) (CUDA without gpuslice): no new slice is \
+             placed here; the slices below were here first and share the GPU with it\n"
+        ),
+        "{text}"
+    );
+    let gpu1 = &text[text.find("GPU 1").unwrap()..];
+    assert!(
+        gpu1.contains("placed here\n  (no slices)"),
+        "no slices, no sharing said: {gpu1}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&view.to_json()).unwrap();
+    assert_eq!(v["devices"][0]["foreign"][0]["pid"], 7001);
+    assert_eq!(v["devices"][0]["foreign"][0]["comm"], "python3");
+    // Without any, the key is absent (older readers see what they saw).
+    assert!(fixed().to_json().find("\"foreign\"").is_none());
 }

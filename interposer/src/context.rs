@@ -118,6 +118,10 @@ fn admit(dev: CUdevice) -> Result<(), R> {
     let Some(_g) = guard::enter() else {
         return Ok(());
     };
+    // Placed in a slice it cannot attach to: no context, rather than one without the caps.
+    if crate::state::refused() {
+        return Err(CUDA_ERROR_NOT_PERMITTED);
+    }
     let Some(g) = memory_gate() else {
         return Ok(());
     };

@@ -55,9 +55,36 @@ pub struct PoolCharge {
 
 static STATE: OnceLock<Option<MemoryGate>> = OnceLock::new();
 
-/// The gate, initialising on first use; `None` = pass-through.
+/// Set (once, at initialisation) when this process was placed in a slice — the runtime set
+/// `GPUSLICE_SLICE_DIR` — that it cannot attach to, and no request of its own environment
+/// applies: its CUDA contexts are refused ([`refused`]) rather than run without the slice's caps.
+static REFUSED: OnceLock<()> = OnceLock::new();
+
+/// The gate, initialising on first use; `None` = pass-through (or [`refused`]).
 pub fn memory_gate() -> Option<&'static MemoryGate> {
     STATE.get_or_init(init).as_ref()
+}
+
+/// Whether this process must create no CUDA context: it belongs to a slice it cannot attach to
+/// (its directory is missing, garbled or not the node's). Initialises the state on first use;
+/// the reason was logged then.
+pub fn refused() -> bool {
+    let _ = memory_gate();
+    REFUSED.get().is_some()
+}
+
+/// Fails closed for the slice directory `dir` named by `GPUSLICE_SLICE_DIR`: logs `why` once and
+/// marks the process [`refused`].
+fn refuse(dir: &std::path::Path, why: &str) -> Option<MemoryGate> {
+    crate::log!(
+        Level::Error,
+        "GPUSLICE_SLICE_DIR={}: {why}; this process belongs to a slice it cannot attach to, so \
+         its CUDA contexts are refused (CUDA_ERROR_NOT_PERMITTED) rather than run without the \
+         slice's caps",
+        dir.display()
+    );
+    let _ = REFUSED.set(());
+    None
 }
 
 fn env(name: &str) -> Option<String> {
@@ -74,8 +101,12 @@ fn init() -> Option<MemoryGate> {
     if dir.join(layout::LIMITS_FILE).exists() {
         if let Err(why) = trusted(&dir) {
             // Limits the tenant could have written are no limits: what the environment asks
-            // for still applies (standalone), else nothing is enforced here (the backstop is).
+            // for still applies (standalone); else a process the runtime placed in a slice
+            // fails closed, and any other runs unenforced here (the backstop is not).
             let gate = standalone();
+            if gate.is_none() && explicit.is_some() {
+                return refuse(&dir, &format!("the slice directory is not trusted ({why})"));
+            }
             crate::log!(
                 Level::Error,
                 "slice directory {} is not trusted ({why}); its limits are ignored{}",
@@ -97,6 +128,9 @@ fn init() -> Option<MemoryGate> {
                 if let Some(g) = private_usage(&dir, &e) {
                     return Some(g);
                 }
+                if explicit.is_some() {
+                    return refuse(&dir, &format!("the slice directory is unusable ({e})"));
+                }
                 crate::log!(
                     Level::Error,
                     "slice directory {} is unusable ({e}); memory caps are NOT enforced",
@@ -115,10 +149,9 @@ fn init() -> Option<MemoryGate> {
                 dir.display()
             );
         } else {
-            crate::log!(
-                Level::Error,
-                "GPUSLICE_SLICE_DIR={} has no slice files and the environment asks for no cap; memory caps are NOT enforced",
-                dir.display()
+            return refuse(
+                &dir,
+                "no slice files there and the environment asks for no cap",
             );
         }
         return gate;

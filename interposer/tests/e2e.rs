@@ -530,24 +530,35 @@ fn no_request_behaves_exactly_as_without_the_interposer() {
     assert!(field(&with, "N") > 0);
 }
 
+/// A slice directory whose `limits` is garbage: the process the runtime placed in that slice
+/// gets no context (`CUDA_ERROR_NOT_PERMITTED`, 800) and one message naming the directory and
+/// why — it used to run uncapped with a warning. Without the preload the same process runs.
 #[test]
-fn broken_slice_dir_degrades_with_one_message() {
+fn a_broken_slice_dir_fails_closed() {
     let e = setup("broken");
     let dir = e.dir.join("slice");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("limits"), b"garbage").unwrap();
+    std::fs::write(dir.join("lease"), b"garbage").unwrap();
     let d = dir.to_string_lossy().into_owned();
-    let (out, err) = e.run(
+    let envs = [("H4_ARG", "1"), ("GPUSLICE_SLICE_DIR", d.as_str())];
+    let (out, err) = e.run("ctx", true, &envs);
+    assert_eq!(field(&out, "CTX"), 800, "{out}\n{err}");
+    assert!(!out.contains("HOLD="), "{out}");
+    let msg = format!("GPUSLICE_SLICE_DIR={d}: the slice directory is unusable (");
+    assert_eq!(err.matches(&msg).count(), 1, "{err}");
+    assert!(err.contains("CUDA contexts are refused"), "{err}");
+    assert!(!err.contains("NOT enforced"), "{err}");
+    let (out, _) = e.run(
         "fill",
-        true,
+        false,
         &[
             ("H4_ARG", "dlsym"),
             ("H4_CHUNK", "8589934592"),
             ("GPUSLICE_SLICE_DIR", &d),
         ],
     );
-    assert!(field(&out, "N") > 0);
-    assert_eq!(err.matches("NOT enforced").count(), 1, "{err}");
+    assert!(field(&out, "N") > 0, "{out}");
 }
 
 #[test]
@@ -888,7 +899,7 @@ fn dlsym_through_a_library_that_links_the_driver_gives_our_wrapper() {
 
 /// Issue 15, finding 4: a slice directory the tenant made (cap = u64::MAX) was obeyed. Limits
 /// the tenant could have written are ignored, with one message, and the environment's request
-/// (if any) applies instead.
+/// (if any) applies instead; without one the process gets no context (fails closed).
 #[test]
 fn untrusted_slice_directories_are_ignored() {
     use std::os::unix::fs::PermissionsExt;
@@ -915,23 +926,14 @@ fn untrusted_slice_directories_are_ignored() {
     assert_eq!(field(&out, "N"), 4, "{out}\n{err}");
     assert_eq!(err.matches("not trusted").count(), 1, "{err}");
     std::fs::set_permissions(dir.join("limits"), std::fs::Permissions::from_mode(0o644)).unwrap();
-    // Owned by another uid (a directory the tenant made): ignored, nothing else asked for.
+    // Owned by another uid (a directory the tenant made), nothing else asked for: its limits
+    // are not obeyed, and the process, placed in a slice it cannot trust, gets no context.
     for p in [dir.clone(), dir.join("limits"), dir.join("lease")] {
         std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
     }
-    let (out, err) = e.run(
-        "fill",
-        true,
-        &[
-            ("H4_ARG", "dlsym"),
-            ("H4_CHUNK", "268435456"),
-            ("GPUSLICE_SLICE_DIR", &d),
-        ],
-    );
-    assert!(
-        field(&out, "N") > 1,
-        "the 32 MiB cap must not apply: {out}\n{err}"
-    );
+    let (out, err) = e.run("ctx", true, &[("H4_ARG", "1"), ("GPUSLICE_SLICE_DIR", &d)]);
+    assert_eq!(field(&out, "CTX"), 800, "{out}\n{err}");
     assert_eq!(err.matches("not trusted").count(), 1, "{err}");
     assert!(err.contains("owned by uid 65534"), "{err}");
+    assert!(err.contains("CUDA contexts are refused"), "{err}");
 }

@@ -556,8 +556,10 @@ fn racing_processes_over_every_path_never_exceed_the_cap() {
 }
 
 /// `GPUSLICE_SLICE_DIR` naming a directory without slice files: with `GPUSLICE_MEMORY` the
-/// environment's cap is enforced and the warning says so; without any request the message says
-/// caps are not enforced. (The message once said "NOT enforced" while enforcing.)
+/// environment's cap is enforced and the warning says so (the message once said "NOT enforced"
+/// while enforcing); without any request the process, placed in a slice it cannot attach to,
+/// fails closed: its context is refused with `CUDA_ERROR_NOT_PERMITTED` (800), with one message,
+/// where it used to run uncapped.
 #[test]
 fn an_empty_slice_dir_says_what_is_enforced() {
     let e = setup("emptydir");
@@ -577,10 +579,27 @@ fn an_empty_slice_dir_says_what_is_enforced() {
         "{err}"
     );
     assert!(!err.contains("NOT enforced"), "{err}");
-    let (out, err) = e.run("fill", &[("GPUSLICE_SLICE_DIR", d.as_str())]);
-    assert!(field(&out, "TOTAL") > 64 * MIB, "{out}\n{err}");
+    let out = e
+        .child("fill", &[("GPUSLICE_SLICE_DIR", d.as_str())])
+        .output()
+        .unwrap();
+    let (so, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "it ran:\n{so}\n{err}");
+    assert!(!so.contains("TOTAL="), "it allocated:\n{so}");
     assert!(
-        err.contains("asks for no cap; memory caps are NOT enforced"),
+        err.contains("right: 0") && err.contains("left: 800"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches(
+            "no slice files there and the environment asks for no cap; this process \
+                     belongs to a slice it cannot attach to"
+        )
+        .count(),
+        1,
         "{err}"
     );
 }

@@ -74,14 +74,21 @@ pub enum Link {
 
 /// Build everything in release mode and copy it into `target/dist`. Returns the dist root.
 pub fn run() -> Result<PathBuf> {
-    build("release", "dist", &FILES, Link::Floor)
+    build("release", "dist", &FILES, Link::Floor, &packages_of(&FILES))
 }
 
-/// Build only the files at `paths` (paths under the dist root) with cargo profile `profile`,
-/// laid out as in the dist tree in a fresh `target/<dir>`: a partial tree for a command that
-/// runs a few of the binaries (`cargo xtask demo`, `cargo xtask gpu-kit`). Returns its root.
-pub fn build_part(profile: &str, dir: &str, paths: &[&str], link: Link) -> Result<PathBuf> {
-    let files = paths
+/// The files at `paths` of the dist tree as `cargo xtask dist` builds them — the same cargo
+/// invocation (profile `release`, every package of the tree, glibc 2.17 floor), so after a
+/// `dist` it compiles nothing — laid out in a fresh `target/<dir>` (`cargo xtask gpu-kit`).
+pub fn release_part(dir: &str, paths: &[&str]) -> Result<PathBuf> {
+    let files = files_at(paths)?;
+    clear(dir)?;
+    build("release", dir, &files, Link::Floor, &packages_of(&FILES))
+}
+
+/// The rows of [`FILES`] at `paths`.
+fn files_at(paths: &[&str]) -> Result<Vec<(&'static str, &'static str, &'static str)>> {
+    paths
         .iter()
         .map(|p| {
             FILES
@@ -89,18 +96,43 @@ pub fn build_part(profile: &str, dir: &str, paths: &[&str], link: Link) -> Resul
                 .find(|f| f.2 == *p)
                 .with_context(|| format!("{p} is not a path of the dist tree"))
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect()
+}
+
+/// Removes `target/<dir>` when it exists.
+fn clear(dir: &str) -> Result<()> {
     let root = target_dir().join(dir);
     if root.exists() {
         fs::remove_dir_all(&root).with_context(|| format!("clearing {}", root.display()))?;
     }
-    build(profile, dir, &files, link)
+    Ok(())
 }
 
-fn build(profile: &str, dir: &str, files: &[(&str, &str, &str)], link: Link) -> Result<PathBuf> {
+/// The packages that build `files`, each once.
+fn packages_of(files: &[(&'static str, &'static str, &'static str)]) -> Vec<&'static str> {
     let mut packages: Vec<&str> = files.iter().map(|f| f.0).collect();
     packages.sort_unstable();
     packages.dedup();
+    packages
+}
+
+/// Build only the files at `paths` (paths under the dist root) with cargo profile `profile`,
+/// laid out as in the dist tree in a fresh `target/<dir>`: a partial tree for a command that
+/// runs a few of the binaries (`cargo xtask demo`, `cargo xtask gpu-kit`). Returns its root.
+pub fn build_part(profile: &str, dir: &str, paths: &[&str], link: Link) -> Result<PathBuf> {
+    let files = files_at(paths)?;
+    clear(dir)?;
+    build(profile, dir, &files, link, &packages_of(&files))
+}
+
+/// Builds `packages` with `profile` and lays `files` out in `target/<dir>`.
+fn build(
+    profile: &str,
+    dir: &str,
+    files: &[(&str, &str, &str)],
+    link: Link,
+    packages: &[&str],
+) -> Result<PathBuf> {
     let (mut cmd, built) = match link {
         Link::Floor => (zig::build(profile)?, zig::out_dir(profile)),
         Link::Host => {
@@ -110,7 +142,7 @@ fn build(profile: &str, dir: &str, files: &[(&str, &str, &str)], link: Link) -> 
         }
     };
     for p in packages {
-        cmd.args(["-p", p]);
+        cmd.args(["-p", *p]);
     }
     exec(&mut cmd)?;
     let root = target_dir().join(dir);

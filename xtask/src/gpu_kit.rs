@@ -1,11 +1,16 @@
 //! `cargo xtask gpu-kit [--sim]`: the real-GPU kit's travelling tree, `target/gpu-kit/tree/`.
 //!
 //! The GPU test machine receives the working tree plus at most 64 MiB of named extra paths, so
-//! `target/dist` (265 MB with line tables) cannot go. This builds only what the kit runs — the
-//! CLI, the arbiter and the interposer — with the `gpu-kit` cargo profile (release code,
-//! stripped) and lays them out as in the dist tree, plus the kit's scripts under `kit/`; the
-//! simulator (`sim/`) only with `--sim` (the dry run). The tree must stay under
-//! [`LIMIT`]; `tests/gpu/README.md` gives the device command that carries it.
+//! `target/dist` (265 MB with line tables) cannot go. This takes only what the kit runs — the
+//! CLI, the arbiter and the interposer — from the dist build itself (the same cargo invocation
+//! as `cargo xtask dist`: release code, glibc 2.17 floor; after a `dist` it compiles nothing),
+//! strips the copies (`strip --strip-all`: line tables and symbol tables go, the dynamic
+//! symbols and their versions stay) and lays them out as in the dist tree, plus the kit's
+//! scripts under `kit/`; the simulator (`sim/`) only with `--sim` (the dry run). The tree must
+//! stay under [`LIMIT`]; `tests/gpu/README.md` gives the device command that carries it.
+//!
+//! It used to build with a `gpu-kit` cargo profile (release with `strip = true`): a second cold
+//! release build in CI after the dist suite's.
 
 use crate::dist;
 use crate::shell::root;
@@ -13,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The cargo profile, and the directory under the target directory (ignored by git: `/target`).
+/// The directory under the target directory (ignored by git: `/target`).
 pub const DIR: &str = "gpu-kit";
 
 /// The most the tree may weigh: half of what a device run may carry.
@@ -49,8 +54,10 @@ pub fn prepare(sim: bool) -> Result<PathBuf> {
         .chain(if sim { &SIM[..] } else { &[] })
         .copied()
         .collect();
-    // The profile's output directory is `target/gpu-kit`; the tree is its `tree/`.
-    let tree = dist::build_part(DIR, &format!("{DIR}/tree"), &paths, dist::Link::Floor)?;
+    let tree = dist::release_part(&format!("{DIR}/tree"), &paths)?;
+    for p in &paths {
+        strip(&tree.join(p))?;
+    }
     for s in SCRIPTS {
         copy(&root().join("tests/gpu").join(s), &tree.join("kit").join(s))?;
     }
@@ -63,6 +70,23 @@ pub fn prepare(sim: bool) -> Result<PathBuf> {
         if sim { ", with the simulator" } else { "" }
     );
     Ok(tree)
+}
+
+/// `strip --strip-all FILE` in place (binutils'; the file is a copy in the tree).
+fn strip(file: &Path) -> Result<()> {
+    let out = std::process::Command::new("strip")
+        .arg("--strip-all")
+        .arg(file)
+        .output()
+        .context("running strip (binutils) on the gpu-kit tree")?;
+    if !out.status.success() {
+        bail!(
+            "strip --strip-all {}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {

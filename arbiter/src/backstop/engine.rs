@@ -7,7 +7,9 @@ use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpuslice_api::{BackstopAction, BackstopConfig, BackstopEvent, ProcessFootprint, SliceStatus};
+use gpuslice_api::{
+    BackstopAction, BackstopConfig, BackstopEvent, ForeignProcess, ProcessFootprint, SliceStatus,
+};
 
 use crate::owner::{read_owner, OwnerIdentity};
 use crate::sched::SchedulerStatus;
@@ -78,6 +80,14 @@ pub trait Host: Send {
     /// position `dev`; `None` when the slice's usage file cannot be read.
     fn ledger(&self, _slice_id: &str, _dev: usize) -> Option<Vec<Counted>> {
         None
+    }
+    /// Whether `pid` has the interposer mapped (`None`: its maps cannot be read).
+    fn interposed(&self, _pid: u32) -> Option<bool> {
+        None
+    }
+    /// `pid`'s command name, for messages (empty when unknown).
+    fn comm(&self, _pid: u32) -> String {
+        String::new()
     }
     /// SIGKILL (`pid`, `start`) — only if the process with that pid still has that start time.
     fn kill(&mut self, pid: u32, start: u64) -> io::Result<()>;
@@ -172,6 +182,14 @@ pub struct Backstop<G: GpuSource, H: Host> {
     device_reserves: HashMap<u32, u64>,
     /// Each slice process's footprint at the last tick (NVML's figure less what was counted).
     footprints: Vec<ProcessFootprint>,
+    /// Every device of the node (NVML indices): each is checked for foreign processes, with
+    /// slices or without.
+    all_devices: Vec<u32>,
+    /// (device, pid, start) of the processes outside gpuslice seen at the last tick: one is
+    /// foreign once seen on two ticks in a row ([`Self::find_foreign`]).
+    suspects: HashSet<(u32, u32, u64)>,
+    /// The foreign processes found at the last tick.
+    foreign: Vec<ForeignProcess>,
 }
 
 fn gib(b: u64) -> String {
@@ -256,7 +274,63 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             slice_reserve: 0,
             device_reserves: HashMap::new(),
             footprints: Vec::new(),
+            all_devices: Vec::new(),
+            suspects: HashSet::new(),
+            foreign: Vec::new(),
         }
+    }
+
+    /// Sets every device of the node (NVML indices), for the foreign-process check.
+    pub fn with_devices(mut self, devices: Vec<u32>) -> Self {
+        self.all_devices = devices;
+        self
+    }
+
+    /// The CUDA processes outside gpuslice the last tick found ([`Self::find_foreign`]).
+    pub fn foreign(&self) -> &[ForeignProcess] {
+        &self.foreign
+    }
+
+    /// The processes of `listed` (per device, NVML's list) that run CUDA outside gpuslice: in
+    /// no slice from the host's view, and without the interposer mapped (or with maps it
+    /// cannot read). Not foreign: the arbiter and its children (the probe context), a process
+    /// two slices could claim, a process gone. One counts only once seen on two ticks in a row
+    /// with the same start time, so a tenant whose slice was admitted between this tick's
+    /// reading of the slices and of NVML is never reported.
+    fn find_foreign(
+        &mut self,
+        listed: &[(u32, Vec<GpuProcess>)],
+        members: &[Membership],
+    ) -> Vec<ForeignProcess> {
+        let me = std::process::id();
+        let mut now = HashSet::new();
+        let mut out = Vec::new();
+        for (dev, procs) in listed {
+            for p in procs {
+                let Some(h) = self.host.process(p.pid) else {
+                    continue;
+                };
+                if p.pid == me
+                    || h.ppid == me
+                    || self.slice_of(p.pid, members) != Attribution::None
+                    || self.host.interposed(p.pid) == Some(true)
+                {
+                    continue;
+                }
+                let key = (*dev, p.pid, h.start);
+                if self.suspects.contains(&key) {
+                    out.push(ForeignProcess {
+                        device: *dev,
+                        pid: p.pid,
+                        comm: self.host.comm(p.pid),
+                        used: p.used,
+                    });
+                }
+                now.insert(key);
+            }
+        }
+        self.suspects = now;
+        out
     }
 
     /// Each slice process's own footprint as the last tick saw it (`docs/contexts.md`).
@@ -461,15 +535,24 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             .collect();
         devices.sort_unstable();
         devices.dedup();
+        let mut every: Vec<u32> = self.all_devices.iter().chain(&devices).copied().collect();
+        every.sort_unstable();
+        every.dedup();
+        let mut listed = Vec::with_capacity(every.len());
+        for dev in every {
+            match self.gpu.processes(dev) {
+                Ok(p) => listed.push((dev, p)),
+                Err(e) => tracing::debug!("backstop: NVML processes of device {dev}: {e}"),
+            }
+        }
+        self.foreign = self.find_foreign(&listed, &members);
         let mut seen = Vec::with_capacity(devices.len());
         for dev in devices {
-            let procs = match self.gpu.processes(dev) {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::debug!("backstop: NVML processes of device {dev}: {e}");
-                    Vec::new()
-                }
-            };
+            let procs = listed
+                .iter()
+                .find(|(d, _)| *d == dev)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
             let busy = match self.gpu.busy_since_last(dev) {
                 Ok(b) => b,
                 Err(e) => {
@@ -966,6 +1049,52 @@ mod tests {
         let bypass = lease_threshold(tol, span, 0);
         assert_eq!(bypass, 250 * MS as i64);
         assert!(2 * 194 * MS as i64 > bypass);
+    }
+
+    /// NVML's list of device 1 only.
+    struct OnOne(Vec<GpuProcess>);
+    impl GpuSource for OnOne {
+        fn processes(&mut self, index: u32) -> Result<Vec<GpuProcess>, String> {
+            Ok(if index == 1 {
+                self.0.clone()
+            } else {
+                Vec::new()
+            })
+        }
+        fn busy_since_last(&mut self, _: u32) -> Result<Vec<(u32, u64)>, String> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// A pid reused by another process between two checks starts over; a foreign process that
+    /// exits is no longer foreign at the next check; a device with no slice is checked only
+    /// when the node's devices are set.
+    #[test]
+    fn a_foreign_process_is_one_pid_and_start_time() {
+        let whole = GpuProcess {
+            pid: 400,
+            used: Some(1 << 30),
+        };
+        let host = backstop(&[(400, 8000, 1, "/kubepods/whole")]).host;
+        let mut b = Backstop::new(BackstopConfig::default(), OnOne(vec![whole]), host, None);
+        b.tick(&[], None);
+        b.tick(&[], None);
+        assert!(b.foreign().is_empty(), "device 1 not known: not checked");
+        b = b.with_devices(vec![0, 1]);
+        b.tick(&[], None);
+        b.tick(&[], None);
+        assert_eq!(b.foreign().len(), 1);
+        assert_eq!((b.foreign()[0].device, b.foreign()[0].pid), (1, 400));
+        // Pid 400 reused by a process started later: a new suspect.
+        b.host.0.get_mut(&400).unwrap().start = 9000;
+        b.tick(&[], None);
+        assert!(b.foreign().is_empty());
+        b.tick(&[], None);
+        assert_eq!(b.foreign().len(), 1);
+        // Gone from /proc (exited; NVML may list it a moment longer): not foreign.
+        b.host.0.remove(&400);
+        b.tick(&[], None);
+        assert!(b.foreign().is_empty());
     }
 
     #[test]

@@ -111,6 +111,17 @@ impl Host for RealHost {
         super::ledger::allocations(&dir, dev)
     }
 
+    fn interposed(&self, pid: u32) -> Option<bool> {
+        let maps = fs::read_to_string(self.proc_root.join(pid.to_string()).join("maps")).ok()?;
+        Some(gpuslice_api::interposer::maps_interposer(&maps))
+    }
+
+    fn comm(&self, pid: u32) -> String {
+        fs::read_to_string(self.proc_root.join(pid.to_string()).join("comm"))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_default()
+    }
+
     fn kill(&mut self, pid: u32, start: u64) -> io::Result<()> {
         self.signal(pid, start, libc::SIGKILL)
     }
@@ -148,6 +159,32 @@ impl Host for RealHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interposed_reads_the_maps_and_comm_names_the_process() {
+        let h = RealHost::default();
+        let me = std::process::id();
+        // The test binary has no interposer mapped; its maps are readable.
+        assert_eq!(h.interposed(me), Some(false));
+        assert!(!h.comm(me).is_empty());
+        assert_eq!(h.interposed(u32::MAX - 1), None);
+        assert_eq!(h.comm(u32::MAX - 1), "");
+        // A fake /proc whose process maps it.
+        let dir = std::env::temp_dir().join(format!("gs-bs-maps-{me}"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("42")).unwrap();
+        fs::write(
+            dir.join("42/maps"),
+            "7f00-7f10 r-xp 00000000 08:01 7 /usr/lib/gpuslice/libgpuslice.so\n",
+        )
+        .unwrap();
+        let fake = RealHost {
+            proc_root: dir.clone(),
+            ..RealHost::default()
+        };
+        assert_eq!(fake.interposed(42), Some(true));
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn freeze_refuses_dotdot_and_missing_cgroups() {

@@ -14,7 +14,10 @@
 //!
 //! Each action is logged (tracing); the loop hands the events to the state, which counts them
 //! (`gpuslice_backstop_actions_total` and per slice) and keeps a short per-slice history that
-//! `status` returns (`gpuslice status`). An episode is
+//! `status` returns (`gpuslice status`). Every device, with slices or without, is also checked
+//! for **foreign** processes — CUDA processes in no slice and without the interposer, a
+//! whole-GPU tenant — which the state records: such a device takes no new slice
+//! ([`crate::state::State::set_foreign`]). An episode is
 //! acted on once: a slice that stays over (a frozen one, or one only logged) is not acted on
 //! again until it has been back within bounds.
 //!
@@ -63,7 +66,9 @@ pub fn spawn(
                 .context_reserve
                 .saturating_mul(u64::from(policy.processes_per_slice)),
         );
-        for d in st.admission().status().devices {
+        let devices = st.admission().status().devices;
+        b = b.with_devices(devices.iter().map(|d| d.index).collect());
+        for d in devices {
             b = b.with_device_reserve(d.index, policy.reserve_on(d.index));
         }
     }
@@ -76,7 +81,8 @@ pub fn spawn(
                 (slices, st.scheduler().cloned())
             };
             let events = b.tick_with(&slices, || sched.map(|s| s.status()));
-            let st = state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
+            st.set_foreign(b.foreign().to_vec());
             if !events.is_empty() {
                 st.events()
                     .record_backstop(&events, |id| st.admission().slice(id).is_some());

@@ -25,6 +25,7 @@ impl State {
                 request,
                 owner,
             } => {
+                self.forget_exited_foreign();
                 let mut next = self.admission.clone();
                 let held = |id: &str, uuid: &str| self.held(id, uuid);
                 match next.admit_holding(&slice_id, request, owner, &held) {

@@ -8,6 +8,7 @@
 //! the slice files, which import nothing of the daemon.
 
 mod events;
+mod foreign;
 mod handle;
 
 pub use events::{Events, EVENTS_PER_SLICE};

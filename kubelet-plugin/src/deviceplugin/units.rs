@@ -202,6 +202,14 @@ fn available(p: &UnitPolicy, g: &mut GpuUnits, st: &NodeStatus) -> u32 {
         g.note = "the arbiter does not list this GPU".into();
         return 0;
     };
+    // A whole-GPU tenant outside gpuslice holds it: the arbiter admits no slice there.
+    if let Some(f) = st.foreign.iter().find(|f| f.device == dev.index) {
+        g.note = format!(
+            "foreign-owned: pid {} runs CUDA outside gpuslice; the arbiter places no slice here",
+            f.pid
+        );
+        return 0;
+    }
     if p.policy.overcommit_memory {
         return g.units;
     }
@@ -358,6 +366,19 @@ mod tests {
         };
         let up = inventory(&p, &gpus, &down, Ok(&st));
         assert_eq!(up.iter().map(|g| g.available).collect::<Vec<_>>(), [76, 36]);
+        // A foreign-owned GPU (a process outside gpuslice on it): nothing available there.
+        let mut owned = st.clone();
+        owned.foreign = vec![gpuslice_api::ForeignProcess {
+            device: gpus[1].info.index,
+            pid: 7001,
+            ..Default::default()
+        }];
+        let held = inventory(&p, &gpus, &down, Ok(&owned));
+        assert_eq!(
+            held.iter().map(|g| g.available).collect::<Vec<_>>(),
+            [76, 0]
+        );
+        assert!(held[1].note.contains("pid 7001"), "{}", held[1].note);
         // GPU 1 gone from NVML: still listed, nothing available.
         let gone = inventory(&p, &gpus[..1], &up, Ok(&st));
         assert_eq!(gone.len(), 2);

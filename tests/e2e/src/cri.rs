@@ -418,10 +418,15 @@ pub fn import_cri_image(ctd: &Containerd, image: &TestImage, work: &Path) -> Res
         &oci,
         &["/bin/sleep", "86400"],
     )?;
+    import_oci(ctd, &oci)
+}
+
+/// `ctr images import` of the OCI archive `oci` into the CRI namespace.
+pub fn import_oci(ctd: &Containerd, oci: &Path) -> Result<()> {
     run_ok(
         ctr_ns(ctd, K8S_NS)
             .args(["images", "import", "--platform", "linux/amd64"])
-            .arg(&oci),
+            .arg(oci),
         Duration::from_secs(120),
     )?;
     Ok(())

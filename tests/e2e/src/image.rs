@@ -53,12 +53,7 @@ pub fn build_rootfs(root: &Path) -> Result<()> {
     }
     add_libraries(root, &objs)?;
     // busybox as /bin/sh and a few applets for debugging.
-    let bb = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .context("busybox not found (scripts/install-engines.sh installs busybox-static)")?;
-    copy_file(&bb, &root.join("bin/busybox"))?;
+    copy_file(&busybox()?, &root.join("bin/busybox"))?;
     for a in [
         "sh", "ls", "cat", "env", "sleep", "echo", "mount", "ps", "true", "false",
     ] {
@@ -74,6 +69,15 @@ pub fn build_rootfs(root: &Path) -> Result<()> {
     std::fs::write(root.join("etc/group"), "root:x:0:\nnogroup:x:65534:\n")?;
     std::fs::write(root.join("etc/hostname"), "gpuslice-test\n")?;
     Ok(())
+}
+
+/// The host's static busybox.
+pub fn busybox() -> Result<PathBuf> {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .context("busybox not found (scripts/install-engines.sh installs busybox-static)")
 }
 
 /// Copies into `root` the shared libraries the objects `objs` load (the dynamic loader
@@ -110,7 +114,7 @@ fn ldd(obj: &Path) -> Result<BTreeSet<PathBuf>> {
 }
 
 /// Copy a file's content (symlinks followed), keeping its mode.
-fn copy_file(from: &Path, to: &Path) -> Result<()> {
+pub fn copy_file(from: &Path, to: &Path) -> Result<()> {
     if let Some(d) = to.parent() {
         std::fs::create_dir_all(d)?;
     }
@@ -164,6 +168,17 @@ pub fn oci_archive(layer: &Path, work: &Path, out: &Path) -> Result<()> {
 
 /// [`oci_archive`] with the image config's `Cmd` set to `cmd`, staged in `dir`.
 pub fn oci_archive_with_cmd(layer: &Path, dir: &Path, out: &Path, cmd: &[&str]) -> Result<()> {
+    oci_archive_named(layer, dir, out, cmd, IMAGE)
+}
+
+/// [`oci_archive_with_cmd`] for an image named `name`.
+pub fn oci_archive_named(
+    layer: &Path,
+    dir: &Path,
+    out: &Path,
+    cmd: &[&str],
+    name: &str,
+) -> Result<()> {
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs)?;
     let ld = sha256(layer)?;
@@ -195,7 +210,7 @@ pub fn oci_archive_with_cmd(layer: &Path, dir: &Path, out: &Path, cmd: &[&str]) 
             "digest": md, "size": ms,
             "platform": { "architecture": "amd64", "os": "linux" },
             "annotations": {
-                "io.containerd.image.name": IMAGE,
+                "io.containerd.image.name": name,
                 "org.opencontainers.image.ref.name": "latest"
             }
         }]

@@ -8,7 +8,9 @@
 //! annotation reached it); while both containers run there is exactly one slice per container
 //! id and `gpuslice status` shows each holding memory with its live process; each container's
 //! `config.json` carries gpuslice's edits; each sees a 1 GiB device and gets
-//! `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB; after the Pod is removed nothing is left behind.
+//! `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB; with the arbiter's metrics endpoint given, each
+//! slice's series carry the Pod's `namespace`, `pod` and `container` labels (from the CRI
+//! annotations); after the Pod is removed nothing is left behind.
 //! The caller adds its runtime's own checks at each [`Stage`].
 
 use crate::containerd::Containerd;
@@ -88,6 +90,9 @@ pub struct PodRun<'a> {
     pub arbiter: &'a Arbiter,
     /// containerd, serving the runtime class `gpuslice`.
     pub ctd: &'a Containerd,
+    /// The arbiter's metrics endpoint (`host:port`): while the containers run, each one's
+    /// slice series must carry the Pod's namespace, name and container name.
+    pub metrics: Option<&'a str>,
 }
 
 impl PodRun<'_> {
@@ -158,6 +163,16 @@ impl PodRun<'_> {
             "slices while both containers run: {live:?}, expected {want:?} (sandbox {sandbox})"
         );
         status_shows_both_holding(arbiter, &ids)?;
+        if let Some(addr) = self.metrics {
+            let want: Vec<(&str, &str, &str, &str)> = ids
+                .iter()
+                .zip(&specs)
+                .map(|(id, c)| (id.as_str(), "default", pod.name.as_str(), c.name.as_str()))
+                .collect();
+            crate::metrics::check_pod_labels(addr, &want)
+                .with_context(|| format!("metrics of the Pod's slices on containerd {series}"))?;
+            println!("containerd {series}, {label}: metrics labelled with the Pod: {want:?}");
+        }
         check(Stage::ContainersRunning(&ids))?;
         for id in &ids {
             let edits = cri::gpuslice_edits(&cri::bundle_config(ctd, K8S_NS, id)?);

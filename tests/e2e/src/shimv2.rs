@@ -4,7 +4,8 @@
 //! our proxy fronts), a CRI runtime class fragment, `ctr run --runtime`, and the shim processes
 //! (our proxies, the runc-v2 shims) among the test's descendants.
 
-use crate::containerd::{Containerd, CtrRun};
+use crate::containerd::{Containerd, CtrRun, Options};
+use crate::gate::{containerd_needs, Need};
 use crate::paths::{self, ContainerdBins};
 use crate::procs;
 use anyhow::Result;
@@ -45,6 +46,34 @@ pub fn cri_runtime_class(bins: &ContainerdBins, handler: &str) -> String {
              runtime_type = \"{RUNTIME}\"\n  pod_annotations = [\"gpuslice.io/*\"]\n"
         )
     }
+}
+
+/// What a suite running containers through the shim v2 on containerd of `bins` needs:
+/// [`containerd_needs`] and the shim.
+pub fn shim_needs(bins: &ContainerdBins) -> Vec<Need> {
+    let mut v = containerd_needs(bins);
+    v.push(Need::Binary(paths::product(SHIM)));
+    v
+}
+
+/// containerd of `bins` on `node` serving the CRI runtime class `gpuslice` through the shim v2
+/// (no runc options), its shims asking `arbiter`.
+pub fn start_cri_shim(
+    bins: &ContainerdBins,
+    node: &crate::suite::Node,
+    arbiter: &crate::Arbiter,
+) -> Result<Containerd> {
+    let mut env = arbiter.client_env();
+    env.push(daemon_path(bins));
+    Containerd::start_with_extra(
+        bins,
+        &node.scratch,
+        &Options {
+            gpuslice_runtime: None,
+            env,
+        },
+        &cri_runtime_class(bins, "gpuslice"),
+    )
 }
 
 /// `ctr run --rm --runtime io.containerd.gpuslice.v2` of [`crate::image::IMAGE`]; removes what

@@ -62,6 +62,23 @@ impl SimNode {
         self.state_dir.join("state")
     }
 
+    /// Starts containers' work together: waits until each of `names` has created
+    /// `ready-<name>` in the shared state directory (at most `limit`), then creates `go` there,
+    /// which their scripts wait for (`touch …/ready-a; while [ ! -e …/go ]; do sleep 0.02; done`).
+    /// Start latency would otherwise give the first one a stretch of the device alone.
+    pub fn release_together(&self, names: &[&str], limit: std::time::Duration) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        while !names
+            .iter()
+            .all(|n| self.state_dir.join(format!("ready-{n}")).exists())
+            && t0.elapsed() < limit
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        std::fs::write(self.state_dir.join("go"), b"")?;
+        Ok(())
+    }
+
     /// Environment for a host process using the node (the arbiter, host-side checks).
     pub fn host_env(&self) -> Vec<(String, String)> {
         vec![

@@ -30,10 +30,33 @@ impl Node {
     /// `config.toml`, `arbiter.log`): the simulated NVML, metrics off (no fixed port), fail
     /// closed; returns once it answers.
     pub fn start_arbiter(&self) -> Result<Arbiter> {
+        self.start_arbiter_config("[metrics]\nenabled = false\n")
+    }
+
+    /// [`Node::start_arbiter`] serving metrics on a free loopback port; returns the arbiter and
+    /// the endpoint's `host:port` (from its log).
+    pub fn start_arbiter_with_metrics(&self) -> Result<(Arbiter, String)> {
+        let a = self.start_arbiter_config("[metrics]\nlisten = \"127.0.0.1:0\"\n")?;
+        let t0 = std::time::Instant::now();
+        loop {
+            let log = a.log();
+            if let Some(rest) = log.split("metrics on http://").nth(1) {
+                let addr = rest.split('/').next().unwrap_or_default().to_string();
+                return Ok((a, addr));
+            }
+            ensure!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "the arbiter logged no metrics address in 10 s:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn start_arbiter_config(&self, metrics: &str) -> Result<Arbiter> {
         let mut a = Arbiter::new(
             crate::paths::product("gpuslice-arbiter"),
             &self.scratch.dir("arbiter")?,
-            "fail = \"closed\"\n\n[metrics]\nenabled = false\n",
+            &format!("fail = \"closed\"\n\n{metrics}"),
         )?;
         a.envs(self.sim.host_env()).start()?;
         Ok(a)

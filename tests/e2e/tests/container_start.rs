@@ -34,11 +34,11 @@
 
 use anyhow::{ensure, Result};
 use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::gate::{require, Need};
+use gpuslice_e2e::gate::require;
 use gpuslice_e2e::image::IMAGE;
 use gpuslice_e2e::paths;
 use gpuslice_e2e::procs::{describe, run_ok, run_timeout};
-use gpuslice_e2e::shimv2::{daemon_path, RUNTIME, SHIM};
+use gpuslice_e2e::shimv2::{daemon_path, RUNTIME};
 use gpuslice_e2e::suite::Node;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -107,14 +107,7 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
     let bins = paths::containerd(series);
     if !require(
         &format!("bench container-start ({series})"),
-        &[
-            Need::Root,
-            Need::Binary(bins.containerd()),
-            Need::Binary(paths::runc()),
-            Need::Binary(paths::product(SHIM)),
-            Need::Dist,
-            Need::Product,
-        ],
+        &gpuslice_e2e::shimv2::shim_needs(&bins),
     ) {
         return Ok(());
     }

@@ -7,8 +7,9 @@
 //! gets `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB while the other holds its own 1 GiB (each
 //! has its own slice: the arbiter's state directory holds one slice per container id, and
 //! `gpuslice status` shows each holding memory with its process); the sandbox has no slice and
-//! its `config.json` carries no gpuslice edit (the containers' do); after the Pod is removed,
-//! nothing is left behind. The flow is `gpuslice_e2e::pod`, shared with `cri_shim.rs`.
+//! its `config.json` carries no gpuslice edit (the containers' do); a scrape of the arbiter's
+//! metrics labels each container's slice with the Pod's `namespace`, `pod` and `container`;
+//! after the Pod is removed, nothing is left behind. The flow is `gpuslice_e2e::pod`, shared with `cri_shim.rs`.
 
 use anyhow::Result;
 use gpuslice_e2e::containerd::{Containerd, Options};
@@ -24,7 +25,7 @@ fn pod_path(series: &str) -> Result<()> {
         return Ok(());
     }
     let node = Node::new(&format!("p{series}"))?;
-    let arbiter = node.start_arbiter()?;
+    let (arbiter, metrics) = node.start_arbiter_with_metrics()?;
     let ctd = Containerd::start(
         &bins,
         &node.scratch,
@@ -39,6 +40,7 @@ fn pod_path(series: &str) -> Result<()> {
         node: &node,
         arbiter: &arbiter,
         ctd: &ctd,
+        metrics: Some(&metrics),
     }
     .run(|_| Ok(()))
 }

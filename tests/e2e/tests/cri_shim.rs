@@ -10,55 +10,36 @@
 //! the containers reach us only through `Task.Create`; 1.6 and 1.7 start once per task and the
 //! second `start` reuses the proxy); while both containers hold their memory the arbiter has
 //! exactly one slice per container id, and each sees a 1 GiB device (CUDA and NVML) and gets
-//! `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB; when the containers have exited their slices are
+//! `CUDA_ERROR_OUT_OF_MEMORY` at exactly 1 GiB, and a scrape of the arbiter's metrics labels each
+//! slice with the Pod's `namespace`, `pod` and `container`; when the containers have exited their slices are
 //! released while the Pod still runs (per-container `Delete`); after the Pod is removed nothing
 //! is left behind (state directory, mounts, processes: proxies and runc v2 shims included). The
 //! flow is `gpuslice_e2e::pod`, shared with `cri.rs`; the shim's own checks are here.
 
 use anyhow::{ensure, Result};
-use gpuslice_e2e::containerd::{Containerd, Options};
-use gpuslice_e2e::gate::{require, Need};
+use gpuslice_e2e::gate::require;
 use gpuslice_e2e::paths;
 use gpuslice_e2e::pod::{slices, wait_slices, PodRun, Stage};
-use gpuslice_e2e::shimv2::{self, cri_runtime_class, daemon_path, SHIM};
+use gpuslice_e2e::shimv2;
 use gpuslice_e2e::suite::Node;
 use std::time::Duration;
 
 fn pod_path(series: &str) -> Result<()> {
     let bins = paths::containerd(series);
     let suite = format!("cri-{series}/shim-v2-pod");
-    if !require(
-        &suite,
-        &[
-            Need::Root,
-            Need::Binary(bins.containerd()),
-            Need::Binary(paths::runc()),
-            Need::Binary(paths::product(SHIM)),
-            Need::Dist,
-            Need::Product,
-        ],
-    ) {
+    if !require(&suite, &shimv2::shim_needs(&bins)) {
         return Ok(());
     }
     let node = Node::new(&format!("q{series}"))?;
-    let arbiter = node.start_arbiter()?;
-    let mut env = arbiter.client_env();
-    env.push(daemon_path(&bins));
-    let ctd = Containerd::start_with_extra(
-        &bins,
-        &node.scratch,
-        &Options {
-            gpuslice_runtime: None,
-            env,
-        },
-        &cri_runtime_class(&bins, "gpuslice"),
-    )?;
+    let (arbiter, metrics) = node.start_arbiter_with_metrics()?;
+    let ctd = shimv2::start_cri_shim(&bins, &node, &arbiter)?;
     let run = PodRun {
         series,
         label: "shim-v2-pod",
         node: &node,
         arbiter: &arbiter,
         ctd: &ctd,
+        metrics: Some(&metrics),
     };
     run.run(|stage| {
         match stage {

@@ -15,7 +15,7 @@ use gpuslice_e2e::image::WORKLOAD;
 use gpuslice_e2e::sim::CONTAINER_STATE_DIR;
 use gpuslice_e2e::suite::{stdout_ok, Node, RuntimeNode};
 use gpuslice_e2e::workload;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TOLERANCE: f64 = 0.03;
 
@@ -49,23 +49,12 @@ fn containerd_guarantees_30_70() -> Result<()> {
     else {
         return Ok(());
     };
-    let shared = node
-        .sim
-        .state_file()
-        .parent()
-        .context("simulator state directory")?
-        .to_path_buf();
     let (a, b) = std::thread::scope(|s| -> Result<_> {
         let ha = s.spawn(|| ctd.run("share-30", &rt, &spec(&node, "a", "30")));
         let hb = s.spawn(|| ctd.run("share-70", &rt, &spec(&node, "b", "70")));
         // Release both at once when both are up (or after 60 s: then the runs fail below).
-        let t0 = Instant::now();
-        while !(shared.join("ready-a").exists() && shared.join("ready-b").exists())
-            && t0.elapsed() < Duration::from_secs(60)
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::fs::write(shared.join("go"), b"")?;
+        node.sim
+            .release_together(&["a", "b"], Duration::from_secs(60))?;
         let a = ha.join().map_err(|_| anyhow::anyhow!("thread a"))??;
         let b = hb.join().map_err(|_| anyhow::anyhow!("thread b"))??;
         Ok((a, b))

@@ -7,7 +7,8 @@
 //!
 //! * Through `gpuslice-runtime` and runc with `gpuslice.io/memory: 1Gi`, the dist interposer is
 //!   preloaded by bullseye's own loader and holds the cap: every query reports 1 GiB and
-//!   allocation stops at 1 GiB.
+//!   allocation stops at 1 GiB; and two such containers guaranteed 30 % and 70 %, saturating
+//!   the device together, split its kernels 30/70 ± 3 points (the launch gate holds the share).
 //! * An interposer linked on this host (`target/debug`, glibc 2.34+ symbol versions: what every
 //!   build shipped before the floor), preloaded with plain runc and `LD_PRELOAD`, does not take
 //!   effect: the loader either skips it (the device is whole) or, as measured with bullseye,
@@ -23,7 +24,7 @@ use gpuslice_e2e::gate::{require, Need};
 use gpuslice_e2e::package::archive_uri;
 use gpuslice_e2e::procs::run_ok;
 use gpuslice_e2e::runc::{make_bundle, run_bundle, Spec};
-use gpuslice_e2e::sim::Bind;
+use gpuslice_e2e::sim::{Bind, CONTAINER_STATE_DIR};
 use gpuslice_e2e::suite::{assert_one_gib_slice, assert_whole_device, info_and_fill, Node};
 use gpuslice_e2e::{image::WORKLOAD, paths};
 use gpuslice_oci::elf_versions::{version_needs, GlibcVersion};
@@ -152,6 +153,68 @@ fn run(
     Ok((stdout, stderr, out.status.success()))
 }
 
+/// The share in the old image: two containers through `gpuslice-runtime`, guaranteed 30 % and
+/// 70 %, saturating the device together (released at once through a file in the simulator's
+/// shared directory, as `tests/e2e/tests/shares.rs` does): the interposer's launch gate, loaded
+/// by bullseye's loader, holds each to its share, 30/70 ± [`SHARE_TOLERANCE`] of the kernels.
+fn share_30_70(
+    node: &Node,
+    root: &Path,
+    runtime: &Path,
+    spec: &Spec,
+    arbiter: &gpuslice_e2e::Arbiter,
+) -> Result<()> {
+    let d = CONTAINER_STATE_DIR;
+    let of = |name: &str, compute: &str| Spec {
+        args: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!(
+                "touch {d}/ready-{name}; while [ ! -e {d}/go ]; do sleep 0.02; done; \
+                 exec {WORKLOAD} saturate --kernel-us 1000 --seconds 5 --depth 8"
+            ),
+        ],
+        annotations: vec![
+            ("gpuslice.io/compute".into(), compute.into()),
+            ("gpuslice.io/memory".into(), "1Gi".into()),
+        ],
+        ..spec.clone()
+    };
+    let env = arbiter.client_env();
+    let (sa, sb) = (of("a", "30"), of("b", "70"));
+    let (a, b) = std::thread::scope(|s| -> Result<_> {
+        let ha = s.spawn(|| run(node, root, runtime, "share-30", &sa, &env));
+        let hb = s.spawn(|| run(node, root, runtime, "share-70", &sb, &env));
+        node.sim
+            .release_together(&["a", "b"], Duration::from_secs(90))?;
+        let a = ha.join().map_err(|_| anyhow::anyhow!("thread a"))??;
+        let b = hb.join().map_err(|_| anyhow::anyhow!("thread b"))??;
+        Ok((a, b))
+    })?;
+    ensure!(a.2 && b.2, "a share container failed:\n{}\n{}", a.1, b.1);
+    let ka = gpuslice_e2e::workload::get_u64(&a.0, "kernels").context("no kernels= from A")?;
+    let kb = gpuslice_e2e::workload::get_u64(&b.0, "kernels").context("no kernels= from B")?;
+    let share_a = ka as f64 / (ka + kb) as f64;
+    println!(
+        "old_glibc: in {SUITE}, kernels A (compute 30) {ka}, B (compute 70) {kb}: {:.1}/{:.1}",
+        share_a * 100.0,
+        (1.0 - share_a) * 100.0
+    );
+    ensure!(ka + kb >= 4000, "only {} kernels of 1 ms in 5 s", ka + kb);
+    ensure!(
+        (share_a - 0.30).abs() <= SHARE_TOLERANCE,
+        "A ran {ka} kernels, B {kb}: shares {:.1}/{:.1}, wanted 30/70 ± {:.0} points\narbiter log:\n{}",
+        share_a * 100.0,
+        (1.0 - share_a) * 100.0,
+        SHARE_TOLERANCE * 100.0,
+        arbiter.log()
+    );
+    Ok(())
+}
+
+/// How far (fraction of the kernels) the 30 % slice's share may be from 30 %.
+const SHARE_TOLERANCE: f64 = 0.03;
+
 #[test]
 fn an_old_glibc_image_is_capped_or_refused_never_unenforced() -> Result<()> {
     if !require(
@@ -190,6 +253,7 @@ fn an_old_glibc_image_is_capped_or_refused_never_unenforced() -> Result<()> {
     );
     ensure!(!stderr.contains("ld.so"), "the loader complained: {stderr}");
     assert_one_gib_slice(&stdout)?;
+    share_30_70(&node, &root, &runtime, &spec, &arbiter)?;
 
     // An interposer linked on this host, as every build was before the floor.
     let host_built = gpuslice_test_support::profile_dir().join("libgpuslice.so");
