@@ -1,7 +1,8 @@
-//! `gpuslice-kubelet-plugin`: the kubelet plugin of gpuslice. `--mode dra` (the only mode so
-//! far): the DRA driver `gpuslice.io` — this node's ResourceSlices published through the API
-//! server, registration socket, DRA node service v1 / v1beta1, claims read from the API server,
-//! slices admitted at the arbiter, one CDI spec per claim. Logs to stderr.
+//! `gpuslice-kubelet-plugin`: the kubelet plugin of gpuslice. `--mode dra` (the default): the
+//! DRA driver `gpuslice.io` — this node's ResourceSlices published through the API server,
+//! registration socket, DRA node service v1 / v1beta1, claims read from the API server, slices
+//! admitted at the arbiter, one CDI spec per claim. `--mode device-plugin`: the device plugin of
+//! `gpuslice.io/gpu-memory` (`deviceplugin::run`). Logs to stderr.
 
 // Functions with one job each: a product function over 100 lines (clippy.toml) is split, or
 // carries an `allow` saying why it must not be.
