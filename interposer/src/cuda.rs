@@ -206,8 +206,8 @@ pub(crate) unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> R {
         if let Some((f2, t2)) = slice_view(o, f, t) {
             // SAFETY: valid out-pointers (checked non-null above).
             unsafe {
-                *free = f2 as usize;
-                *total = t2 as usize;
+                *free = usize::try_from(f2).unwrap_or(usize::MAX);
+                *total = usize::try_from(t2).unwrap_or(usize::MAX);
             }
         }
     }
@@ -230,8 +230,8 @@ pub(crate) unsafe fn cuMemGetInfo(free: *mut c_uint, total: *mut c_uint) -> R {
         if let Some((f2, t2)) = slice_view(o, f, t) {
             // SAFETY: valid out-pointers.
             unsafe {
-                *free = f2.min(u64::from(u32::MAX)) as c_uint;
-                *total = t2.min(u64::from(u32::MAX)) as c_uint;
+                *free = c_uint::try_from(f2).unwrap_or(c_uint::MAX);
+                *total = c_uint::try_from(t2).unwrap_or(c_uint::MAX);
             }
         }
     }
@@ -250,7 +250,7 @@ pub(crate) unsafe fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> R 
             let t = unsafe { *bytes as u64 };
             if let Some((_, t2)) = slice_view_total(dev, t) {
                 // SAFETY: valid out-pointer.
-                unsafe { *bytes = t2 as usize };
+                unsafe { *bytes = usize::try_from(t2).unwrap_or(usize::MAX) };
             }
         }
     }
@@ -276,7 +276,7 @@ pub(crate) unsafe fn cuDeviceTotalMem(bytes: *mut c_uint, dev: CUdevice) -> R {
             let t = u64::from(unsafe { *bytes });
             if let Some((_, t2)) = slice_view_total(dev, t) {
                 // SAFETY: valid out-pointer.
-                unsafe { *bytes = t2.min(u64::from(u32::MAX)) as c_uint };
+                unsafe { *bytes = c_uint::try_from(t2).unwrap_or(c_uint::MAX) };
             }
         }
     }

@@ -31,7 +31,11 @@ pub(crate) fn device_uuid(ordinal: CUdevice) -> Option<String> {
     if r != CUDA_SUCCESS {
         return None;
     }
-    let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+    let b: Vec<u8> = u
+        .bytes
+        .iter()
+        .map(|&c| u8::from_ne_bytes(c.to_ne_bytes()))
+        .collect();
     let hex = |r: std::ops::Range<usize>| {
         b.get(r)
             .unwrap_or_default()

@@ -262,7 +262,7 @@ mod tests {
                 (DT_VERSYM, VERS as u64 * 8),
             ];
             for (i, (t, v)) in tags.iter().enumerate() {
-                buf[DYN + 2 * i] = *t as u64;
+                buf[DYN + 2 * i] = u64::try_from(*t).unwrap();
                 buf[DYN + 2 * i + 1] = *v;
             }
             buf[HASH] = 1 | (u64::from(nchain) << 32);

@@ -891,7 +891,9 @@ fn launch_ns(e: usize) -> Option<u64> {
 /// The queue bound of entry `e` now.
 fn queue_bound(e: usize, max: usize) -> usize {
     match launch_ns(e) {
-        Some(launch) => ((QUEUED_NS / launch) as usize).clamp(1, max.max(1)),
+        Some(launch) => usize::try_from(QUEUED_NS / launch)
+            .unwrap_or(usize::MAX)
+            .clamp(1, max.max(1)),
         None => max.min(UNKNOWN_BOUND),
     }
 }
@@ -936,10 +938,21 @@ fn elapsed_ns(a: usize, b: usize) -> Option<u64> {
     let f = crate::real!(cuda_sym cuEventElapsedTime)?;
     let mut ms = 0f32;
     // SAFETY: both are live, completed events of this process; valid out-pointer.
-    if unsafe { f(&mut ms, a as CUevent, b as CUevent) } != CUDA_SUCCESS || ms <= 0.0 {
+    if unsafe { f(&mut ms, a as CUevent, b as CUevent) } != CUDA_SUCCESS
+        || !ms.is_finite()
+        || ms <= 0.0
+    {
         return None;
     }
-    Some((f64::from(ms) * 1e6) as u64)
+    Some(ms_to_ns(ms))
+}
+
+/// `ms` (finite, > 0) in whole nanoseconds. std has no checked float-to-integer conversion; a
+/// float-to-integer `as` saturates (never wraps) and the caller has ruled out NaN, infinities
+/// and negatives, so only the sub-nanosecond fraction is dropped.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn ms_to_ns(ms: f32) -> u64 {
+    (f64::from(ms) * 1e6) as u64
 }
 
 /// A start time for launches that are not paced (read once per process): pace treats such a

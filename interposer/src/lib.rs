@@ -32,6 +32,26 @@
         clippy::unimplemented
     )
 )]
+// As in `region` and `abi`: no silent narrowing or sign-changing `as`. A conversion that can be
+// out of range is checked (`try_from`: saturating, `None` or an error code); an `as` that must stay
+// (today one float-to-integer conversion, which std cannot check) carries an `allow` on the
+// smallest item with the reason.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::cast_lossless
+)]
+// Functions with one job each: none is over 100 lines (clippy.toml), and a new one fails the lint.
+#![warn(clippy::too_many_lines)]
+
+// The CUDA driver is 64-bit only, and so is this library: the remaining plain `as` between
+// `usize`, `u64` and `u32` (sizes the driver hands over, handles used as map keys) are lossless
+// here, which is why the lints above pass them.
+const _: () = assert!(
+    usize::BITS == 64,
+    "libgpuslice is built for 64-bit targets only"
+);
 
 #[macro_use]
 pub mod real;

@@ -20,12 +20,13 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
         if unsafe { f(device, &mut i) } != NVML_SUCCESS {
             return None;
         }
-        (i as i32, i as usize)
+        (i32::try_from(i).ok()?, usize::try_from(i).ok()?)
     } else {
         let f = crate::real!(nvml_sym nvmlDeviceGetUUID)?;
         let mut buf = [0 as c_char; NVML_DEVICE_UUID_V2_BUFFER_SIZE];
         // SAFETY: writes at most `len` bytes including the NUL.
-        if unsafe { f(device, buf.as_mut_ptr(), buf.len() as c_uint) } != NVML_SUCCESS {
+        if unsafe { f(device, buf.as_mut_ptr(), c_uint::try_from(buf.len()).ok()?) } != NVML_SUCCESS
+        {
             return None;
         }
         if let Some(last) = buf.last_mut() {
@@ -36,7 +37,7 @@ fn view(device: nvmlDevice_t, real_total: u64, real_free: u64) -> Option<(u64, u
             .to_string_lossy()
             .into_owned();
         let e = g.entry_by_uuid(&uuid)?;
-        (e as i32, e)
+        (i32::try_from(e).ok()?, e)
     };
     let cap = g.cap_with(ordinal, entry, Some(real_total));
     if cap == UNCAPPED {

@@ -22,7 +22,7 @@ fn in_slice() -> bool {
 
 /// Samples asked for at once: more processes than one slice has in practice; beyond it the
 /// slice's figure only counts the first ones NVML lists.
-const SAMPLES: usize = 256;
+const SAMPLES: c_uint = 256;
 
 /// The slice's own `(sm, memory)` utilisation of `device` over the last second: the sum of its
 /// processes' samples, at most 100. `None` when NVML has no process samples here (the caller
@@ -33,10 +33,10 @@ fn own_utilization(device: nvmlDevice_t) -> Option<(u32, u32)> {
     let f = crate::real!(nvml_sym nvmlDeviceGetProcessUtilization)?;
     let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0);
-    let mut buf = [nvmlProcessUtilizationSample_t::default(); SAMPLES];
-    let mut n = SAMPLES as c_uint;
+    let mut buf = [nvmlProcessUtilizationSample_t::default(); SAMPLES as usize];
+    let mut n = SAMPLES;
     // SAFETY: `buf` holds `n` samples; NVML writes at most `n` and sets `n` to how many.
     let rc = unsafe {
         f(
@@ -48,7 +48,7 @@ fn own_utilization(device: nvmlDevice_t) -> Option<(u32, u32)> {
     };
     let samples = match rc {
         NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE => {
-            buf.get(..(n as usize).min(SAMPLES)).unwrap_or_default()
+            buf.get(..n.min(SAMPLES) as usize).unwrap_or_default()
         }
         // No sample in the window: nothing ran.
         NVML_ERROR_NOT_FOUND => &[][..],

@@ -73,7 +73,10 @@ pub(crate) fn own_pids() -> Option<HashSet<u32>> {
 }
 
 /// How many extra entries to ask for beyond the count NVML last gave (processes come and go).
-const SLACK: usize = 8;
+const SLACK: c_uint = 8;
+
+/// The most entries fetched (a bound on the allocation a hostile count could ask for).
+const MAX_LIST: c_uint = 1 << 16;
 
 /// Fetches the whole real list with `fetch(count, buf)`, keeps the entries whose pid `keep`
 /// accepts and copies them out to `count` / `out`. `empty` is what an empty result returns
@@ -103,13 +106,12 @@ unsafe fn filtered<T: HasPid>(
         if r != NVML_ERROR_INSUFFICIENT_SIZE {
             return r;
         }
-        let mut m = (n as usize).saturating_add(SLACK).min(1 << 16);
+        let mut mc = n.saturating_add(SLACK).min(MAX_LIST);
+        let m = mc as usize;
         list = vec![T::default(); m];
-        let mut mc = m as c_uint;
         let r = fetch(&mut mc, list.as_mut_ptr());
         if r == NVML_SUCCESS {
-            m = (mc as usize).min(m);
-            list.truncate(m);
+            list.truncate((mc as usize).min(m));
             break;
         }
         list.clear();
@@ -130,7 +132,9 @@ unsafe fn filtered<T: HasPid>(
     // SAFETY: non-null (checked); NVML contract: it holds the caller's capacity.
     let cap = unsafe { count.read() } as usize;
     // SAFETY: as above.
-    unsafe { count.write(list.len() as c_uint) };
+    // (At most `MAX_LIST` entries, so it fits; were it not to, `c_uint::MAX` exceeds any
+    // capacity and the call below answers INSUFFICIENT_SIZE.)
+    unsafe { count.write(c_uint::try_from(list.len()).unwrap_or(c_uint::MAX)) };
     if list.is_empty() {
         return empty;
     }
@@ -222,7 +226,7 @@ mod tests {
             // SAFETY: test-only fake following NVML's contract.
             let cap = unsafe { c.read() } as usize;
             // SAFETY: as above.
-            unsafe { c.write(all.len() as c_uint) };
+            unsafe { c.write(c_uint::try_from(all.len()).unwrap()) };
             if b.is_null() || cap < all.len() {
                 return if all.is_empty() {
                     NVML_SUCCESS

@@ -283,9 +283,10 @@ fn standalone() -> Option<MemoryGate> {
     let uid = unsafe { libc::getuid() };
     let dir = PathBuf::from(format!("/dev/shm/gpuslice-{uid}-{id}"));
     let spec = gpuslice_region::SliceSpec {
-        devices: (0..layout::MAX_DEVICES)
+        devices: (0u32..)
+            .take(layout::MAX_DEVICES)
             .map(|i| gpuslice_region::DeviceSpec {
-                host_index: i as u32,
+                host_index: i,
                 ..Default::default()
             })
             .collect(),
@@ -378,7 +379,14 @@ impl MemoryGate {
             v => return Some(v as usize - 1),
         }
         let found = self.lookup_entry(ordinal);
-        slot.store(found.map_or(u32::MAX, |e| e as u32 + 1), Relaxed);
+        // Cached as entry + 1 (0: not looked up, `u32::MAX`: none); entries are
+        // < MAX_DEVICES, so the conversion cannot fail, and an entry that did not fit would
+        // only go uncached.
+        match found.map(|e| u32::try_from(e).ok().and_then(|e| e.checked_add(1))) {
+            None => slot.store(u32::MAX, Relaxed),
+            Some(Some(v)) if v != u32::MAX => slot.store(v, Relaxed),
+            Some(_) => {}
+        }
         found
     }
 

@@ -1,7 +1,12 @@
-//! `gpuslice-kubelet-plugin`: the kubelet plugin of gpuslice. `--mode dra` (the only mode so
-//! far): the DRA driver `gpuslice.io` — this node's ResourceSlices published through the API
-//! server, registration socket, DRA node service v1 / v1beta1, claims read from the API server,
-//! slices admitted at the arbiter, one CDI spec per claim. Logs to stderr.
+//! `gpuslice-kubelet-plugin`: the kubelet plugin of gpuslice. `--mode dra` (the default): the
+//! DRA driver `gpuslice.io` — this node's ResourceSlices published through the API server,
+//! registration socket, DRA node service v1 / v1beta1, claims read from the API server, slices
+//! admitted at the arbiter, one CDI spec per claim. `--mode device-plugin`: the device plugin of
+//! `gpuslice.io/gpu-memory` (`deviceplugin::run`). Logs to stderr.
+
+// Functions with one job each: a product function over 100 lines (clippy.toml) is split, or
+// carries an `allow` saying why it must not be.
+#![warn(clippy::too_many_lines)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -152,43 +157,22 @@ fn main() -> Result<()> {
         );
     }
     if cli.print_resource_slices {
-        let slices = resource_slices(&cli.node_name, &gpus.gpus()?, &policy, &publish, 0);
-        for s in &slices {
-            let bad = validate::resource_slice(s);
-            if !bad.is_empty() {
-                bail!("computed ResourceSlice is invalid: {bad:?}");
-            }
-        }
-        println!("{}", serde_json::to_string_pretty(&slices)?);
-        return Ok(());
+        return print_resource_slices(&cli.node_name, gpus.as_ref(), &policy, &publish);
     }
     let _mode_lock = gpuslice_kubelet_plugin::exclusive::acquire(&settings.state_dir, "dra")?;
-    let interposer = absolute(&settings.interposer);
-    let options = gpuslice_cdi::Options {
-        driver_root: cli.driver_root.clone(),
-        dev_root: cli.dev_root.clone(),
-        preload_file: interposer
-            .parent()
-            .unwrap_or(Path::new("/usr/lib/gpuslice"))
-            .join("ld.so.preload"),
-        interposer,
-        hook: absolute(&settings.hook),
-        state_dir: settings.state_dir.clone(),
-        config: settings.config_path.as_deref().map(absolute),
-    };
+    let options = cdi_options(&cli, &settings);
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let api_timeout = Duration::from_secs(cli.api_timeout.max(1));
-    let client = match &cli.claims_from {
-        Some(_) => None,
-        None => Some(rt.block_on(apiserver::connect(cli.kubeconfig.as_deref(), api_timeout))?),
-    };
-    // Watches get their own client: one read waits up to a whole watch.
-    let watch_client = match &cli.claims_from {
-        Some(_) => None,
-        None => Some(rt.block_on(apiserver::connect_for_watch(
-            cli.kubeconfig.as_deref(),
-            api_timeout,
-        ))?),
+    let (client, watch_client) = match &cli.claims_from {
+        Some(_) => (None, None),
+        None => (
+            Some(rt.block_on(apiserver::connect(cli.kubeconfig.as_deref(), api_timeout))?),
+            // Watches get their own client: one read waits up to a whole watch.
+            Some(rt.block_on(apiserver::connect_for_watch(
+                cli.kubeconfig.as_deref(),
+                api_timeout,
+            ))?),
+        ),
     };
     let claims: Arc<dyn ClaimSource> = match (&cli.claims_from, &client) {
         (Some(dir), _) => Arc::new(DirClaims(dir.clone())),
@@ -223,41 +207,95 @@ fn main() -> Result<()> {
     };
     let poll = Duration::from_secs(cli.device_poll.max(1));
     let resync = Duration::from_secs(cli.resync.max(1));
-    rt.block_on(async move {
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stop_tx = Arc::new(stop_tx);
-        let stop_on_exit = stop_tx.clone();
-        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
-        // Woken when the node's slices are deleted or changed at the API server (a starting
-        // kubelet deletes them) and at each registration: republished within seconds.
-        let wake = Arc::new(tokio::sync::Notify::new());
-        // The pool is published alongside the sockets: kubelet may prepare claims allocated
-        // from an earlier publication while this one is being written.
-        let publishing = async {
-            match (&publisher, watch_client) {
-                (Some(p), Some(c)) => {
-                    let selector = p.field_selector();
-                    tokio::join!(
-                        p.run(poll, resync, &wake, stopped(stop_rx.clone())),
-                        slicewatch::watch(c, &selector, &wake, stopped(stop_rx.clone())),
-                    );
-                }
-                _ => tracing::info!("--claims-from: no ResourceSlices are published"),
+    rt.block_on(run_dra(
+        sockets,
+        driver,
+        publisher,
+        watch_client,
+        poll,
+        resync,
+    ))
+}
+
+/// `--print-resource-slices`: this node's ResourceSlices as JSON on stdout, each validated.
+fn print_resource_slices(
+    node: &str,
+    gpus: &dyn GpuSource,
+    policy: &Policy,
+    publish: &PublishPolicy,
+) -> Result<()> {
+    let slices = resource_slices(node, &gpus.gpus()?, policy, publish, 0);
+    for s in &slices {
+        let bad = validate::resource_slice(s);
+        if !bad.is_empty() {
+            bail!("computed ResourceSlice is invalid: {bad:?}");
+        }
+    }
+    println!("{}", serde_json::to_string_pretty(&slices)?);
+    Ok(())
+}
+
+/// What the claims' CDI specs point at: the driver and device roots, the installed
+/// interposer, hook and preload file, the state directory and the configuration.
+fn cdi_options(cli: &Cli, settings: &Settings) -> gpuslice_cdi::Options {
+    let interposer = absolute(&settings.interposer);
+    gpuslice_cdi::Options {
+        driver_root: cli.driver_root.clone(),
+        dev_root: cli.dev_root.clone(),
+        preload_file: interposer
+            .parent()
+            .unwrap_or(Path::new("/usr/lib/gpuslice"))
+            .join("ld.so.preload"),
+        interposer,
+        hook: absolute(&settings.hook),
+        state_dir: settings.state_dir.clone(),
+        config: settings.config_path.as_deref().map(absolute),
+    }
+}
+
+/// Serves the DRA and registration sockets and, with an API server, publishes the pool and
+/// watches the node's slices, until a signal or a socket that cannot be bound.
+async fn run_dra(
+    sockets: Sockets,
+    driver: Driver,
+    publisher: Option<Publisher>,
+    watch_client: Option<kube::Client>,
+    poll: Duration,
+    resync: Duration,
+) -> Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let stop_on_exit = stop_tx.clone();
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    // Woken when the node's slices are deleted or changed at the API server (a starting
+    // kubelet deletes them) and at each registration: republished within seconds.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    // The pool is published alongside the sockets: kubelet may prepare claims allocated
+    // from an earlier publication while this one is being written.
+    let publishing = async {
+        match (&publisher, watch_client) {
+            (Some(p), Some(c)) => {
+                let selector = p.field_selector();
+                tokio::join!(
+                    p.run(poll, resync, &wake, stopped(stop_rx.clone())),
+                    slicewatch::watch(c, &selector, &wake, stopped(stop_rx.clone())),
+                );
             }
-        };
-        let serving = async {
-            let r = serve(&sockets, Arc::new(driver), wake.clone(), async move {
-                gpuslice_kubelet_plugin::socket::stop_signal().await;
-                let _ = stop_tx.send(true);
-            })
-            .await;
-            // Serving ended (a signal, or a socket that could not be bound): so does publishing.
-            let _ = stop_on_exit.send(true);
-            r
-        };
-        let (served, ()) = tokio::join!(serving, publishing);
-        served
-    })
+            _ => tracing::info!("--claims-from: no ResourceSlices are published"),
+        }
+    };
+    let serving = async {
+        let r = serve(&sockets, Arc::new(driver), wake.clone(), async move {
+            gpuslice_kubelet_plugin::socket::stop_signal().await;
+            let _ = stop_tx.send(true);
+        })
+        .await;
+        // Serving ended (a signal, or a socket that could not be bound): so does publishing.
+        let _ = stop_on_exit.send(true);
+        r
+    };
+    let (served, ()) = tokio::join!(serving, publishing);
+    served
 }

@@ -190,22 +190,7 @@ impl Driver {
             }
             // Begun by an earlier call or an earlier run of the plugin: finish it.
             Some(e) => (e.plan.clone(), false),
-            None => {
-                let claim = self
-                    .parts
-                    .claims
-                    .get(&c.namespace, &c.name)
-                    .map_err(|e| match e {
-                        SourceError::NotFound => ClaimError::NotFound(format!(
-                            "{c}: not found at the API server (deleted meanwhile?)"
-                        )),
-                        e => ClaimError::Unreadable(format!("{c}: reading it: {e}")),
-                    })?;
-                let plan = plan::plan(c, &claim, &self.parts.node, &offers)
-                    .map_err(|e| ClaimError::Plan(e.to_string()))?;
-                fits(c, &plan, &state, &offers)?;
-                (plan, true)
-            }
+            None => (self.plan_fresh(c, &state, &offers)?, true),
         };
         let dev = format!("{c}: device {}", plan.device);
         let gpu = offers
@@ -220,63 +205,102 @@ impl Driver {
                 ))
             })?;
         if fresh {
-            state.claims.insert(
-                c.uid.clone(),
-                Entry {
-                    namespace: c.namespace.clone(),
-                    name: c.name.clone(),
-                    stage: Stage::Preparing,
-                    plan: plan.clone(),
-                    cdi_device_ids: Vec::new(),
-                },
-            );
-            if let Err(e) = state.save(&self.parts.checkpoint) {
-                state.claims.remove(&c.uid);
-                return Err(ClaimError::Checkpoint(format!(
-                    "{dev}: {e}; nothing was admitted"
-                )));
-            }
+            self.record_preparing(&mut state, c, &plan, &dev)?;
         }
-        let id = slice_id(&c.uid);
-        // From here on a failure undoes everything this claim holds: slice, spec, entry.
-        let undo = |state: &mut Checkpoint, why: String| -> String {
-            let mut notes = Vec::new();
-            match self.parts.arbiter.release(&id) {
-                Ok(_) => {}
-                Err(e) => notes.push(format!("slice {id} NOT released: {e}")),
-            }
-            if let Err(e) = self.parts.cdi.remove(&c.uid) {
-                notes.push(format!("CDI spec NOT removed: {e}"));
-            }
+        let ids = self.admit_and_describe(&mut state, c, &plan, &gpu, &dev)?;
+        Ok(vec![device_of(&plan, ids)])
+    }
+
+    /// Reads claim `c` from the API server and plans it on this node's `offers`, checking
+    /// that it fits beside the claims already held.
+    fn plan_fresh(
+        &self,
+        c: &ClaimRef,
+        state: &Checkpoint,
+        offers: &[(Gpu, Offer)],
+    ) -> Result<Plan, ClaimError> {
+        let claim = self
+            .parts
+            .claims
+            .get(&c.namespace, &c.name)
+            .map_err(|e| match e {
+                SourceError::NotFound => ClaimError::NotFound(format!(
+                    "{c}: not found at the API server (deleted meanwhile?)"
+                )),
+                e => ClaimError::Unreadable(format!("{c}: reading it: {e}")),
+            })?;
+        let plan = plan::plan(c, &claim, &self.parts.node, offers)
+            .map_err(|e| ClaimError::Plan(e.to_string()))?;
+        fits(c, &plan, state, offers)?;
+        Ok(plan)
+    }
+
+    /// Checkpoints claim `c` as being prepared before anything is admitted, so that a crash
+    /// from here on is finished or undone by the next run.
+    fn record_preparing(
+        &self,
+        state: &mut Checkpoint,
+        c: &ClaimRef,
+        plan: &Plan,
+        dev: &str,
+    ) -> Result<(), ClaimError> {
+        state.claims.insert(
+            c.uid.clone(),
+            Entry {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                stage: Stage::Preparing,
+                plan: plan.clone(),
+                cdi_device_ids: Vec::new(),
+            },
+        );
+        if let Err(e) = state.save(&self.parts.checkpoint) {
             state.claims.remove(&c.uid);
-            if let Err(e) = state.save(&self.parts.checkpoint) {
-                notes.push(format!("{e}"));
-            }
-            if notes.is_empty() {
-                format!("{why}; nothing was left behind")
-            } else {
-                format!("{why}; {}", notes.join("; "))
-            }
-        };
+            return Err(ClaimError::Checkpoint(format!(
+                "{dev}: {e}; nothing was admitted"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Admits claim `c`'s slice on `gpu`, writes its CDI spec and checkpoints it prepared;
+    /// returns the CDI device IDs. A failure undoes everything the claim holds.
+    fn admit_and_describe(
+        &self,
+        state: &mut Checkpoint,
+        c: &ClaimRef,
+        plan: &Plan,
+        gpu: &Gpu,
+        dev: &str,
+    ) -> Result<Vec<String>, ClaimError> {
+        let id = slice_id(&c.uid);
         let admitted = match self.parts.arbiter.admit(&id, &plan.slice) {
             Ok(a) => a,
-            Err(e) => return Err(ClaimError::Prepare(undo(&mut state, format!("{dev}: {e}")))),
+            Err(e) => {
+                return Err(ClaimError::Prepare(self.undo(
+                    state,
+                    c,
+                    format!("{dev}: {e}"),
+                )))
+            }
         };
         if admitted.devices.len() != 1 || admitted.devices[0].uuid != plan.uuid {
             let got: Vec<&str> = admitted.devices.iter().map(|d| d.uuid.as_str()).collect();
-            return Err(ClaimError::Prepare(undo(
-                &mut state,
+            return Err(ClaimError::Prepare(self.undo(
+                state,
+                c,
                 format!(
                     "{dev}: the arbiter placed slice {id} on {got:?}, not on {}",
                     plan.uuid
                 ),
             )));
         }
-        let ids = match self.parts.cdi.write(&c.uid, &gpu, &admitted.slice_dir) {
+        let ids = match self.parts.cdi.write(&c.uid, gpu, &admitted.slice_dir) {
             Ok(ids) => ids,
             Err(e) => {
-                return Err(ClaimError::Prepare(undo(
-                    &mut state,
+                return Err(ClaimError::Prepare(self.undo(
+                    state,
+                    c,
                     format!("{dev}: CDI spec: {e}"),
                 )))
             }
@@ -286,12 +310,35 @@ impl Driver {
             e.cdi_device_ids = ids.clone();
         }
         if let Err(e) = state.save(&self.parts.checkpoint) {
-            return Err(ClaimError::Checkpoint(undo(
-                &mut state,
+            return Err(ClaimError::Checkpoint(self.undo(
+                state,
+                c,
                 format!("{dev}: {e}"),
             )));
         }
-        Ok(vec![device_of(&plan, ids)])
+        Ok(ids)
+    }
+
+    /// Undoes everything claim `c` holds (slice, CDI spec, checkpoint entry) after a failure
+    /// `why`; returns `why` with what could not be undone.
+    fn undo(&self, state: &mut Checkpoint, c: &ClaimRef, why: String) -> String {
+        let id = slice_id(&c.uid);
+        let mut notes = Vec::new();
+        if let Err(e) = self.parts.arbiter.release(&id) {
+            notes.push(format!("slice {id} NOT released: {e}"));
+        }
+        if let Err(e) = self.parts.cdi.remove(&c.uid) {
+            notes.push(format!("CDI spec NOT removed: {e}"));
+        }
+        state.claims.remove(&c.uid);
+        if let Err(e) = state.save(&self.parts.checkpoint) {
+            notes.push(format!("{e}"));
+        }
+        if notes.is_empty() {
+            format!("{why}; nothing was left behind")
+        } else {
+            format!("{why}; {}", notes.join("; "))
+        }
     }
 
     fn unprepare_one(&self, c: &ClaimRef) -> Result<(), ClaimError> {

@@ -11,7 +11,9 @@
 
 use gpuslice_api::request::{DeviceRef, DeviceSelector};
 use gpuslice_api::{MemoryRequest, Priority, SliceRequest};
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::capacity::{names, Offer};
@@ -56,34 +58,77 @@ pub fn plan(
     node: &str,
     gpus: &[(Gpu, Offer)],
 ) -> Result<Plan, PlanError> {
-    let fail = |device: Option<&str>, field: &str, reason: String| PlanError {
-        claim: r.to_string(),
-        device: device.map(str::to_string),
-        field: field.to_string(),
-        reason,
-    };
-    match claim.metadata.uid.as_deref() {
-        Some(uid) if uid == r.uid => {}
-        Some(uid) => {
-            return Err(fail(
-                None,
-                "metadata.uid",
-                format!("the API server has {uid}: the claim was deleted and recreated"),
-            ))
-        }
-        None => {
-            return Err(fail(
-                None,
-                "metadata.uid",
-                "the API server's copy has none".into(),
-            ))
-        }
-    }
+    check_uid(r, claim)?;
     let alloc = claim
         .status
         .as_ref()
         .and_then(|s| s.allocation.as_ref())
-        .ok_or_else(|| fail(None, "status.allocation", "not allocated".into()))?;
+        .ok_or_else(|| fail(r, None, "status.allocation", "not allocated".into()))?;
+    let (i, result) = our_result(r, alloc)?;
+    let dev = result.device.as_str();
+    let (gpu, offer) = our_device(r, i, result, node, gpus)?;
+    let (memory, compute) = consumed(r, i, result, offer)?;
+    let config = slice_config(r, alloc, result)?;
+    let compute = u8::try_from(compute).unwrap_or(100);
+    let slice = SliceRequest {
+        memory: Some(MemoryRequest::Bytes(memory)),
+        compute: (compute > 0).then_some(compute),
+        compute_limit: config.compute_limit,
+        priority: config.priority.unwrap_or(Priority::Normal),
+        devices: DeviceSelector::List(vec![DeviceRef::Uuid(gpu.info.uuid.clone())]),
+        model: None,
+    };
+    slice.validate().map_err(|e| {
+        fail(
+            r,
+            Some(dev),
+            "status.allocation.devices.config",
+            format!("consumed compute {compute} with this SliceConfig: {e}"),
+        )
+    })?;
+    Ok(Plan {
+        request: result.request.clone(),
+        pool: result.pool.clone(),
+        device: dev.to_string(),
+        uuid: gpu.info.uuid.clone(),
+        slice,
+    })
+}
+
+/// The refusal of claim `r` at `field` (of `device`, when one is concerned).
+fn fail(r: &ClaimRef, device: Option<&str>, field: &str, reason: String) -> PlanError {
+    PlanError {
+        claim: r.to_string(),
+        device: device.map(str::to_string),
+        field: field.to_string(),
+        reason,
+    }
+}
+
+/// The API server's copy is the claim the kubelet named (not one deleted and recreated).
+fn check_uid(r: &ClaimRef, claim: &ResourceClaim) -> Result<(), PlanError> {
+    match claim.metadata.uid.as_deref() {
+        Some(uid) if uid == r.uid => Ok(()),
+        Some(uid) => Err(fail(
+            r,
+            None,
+            "metadata.uid",
+            format!("the API server has {uid}: the claim was deleted and recreated"),
+        )),
+        None => Err(fail(
+            r,
+            None,
+            "metadata.uid",
+            "the API server's copy has none".into(),
+        )),
+    }
+}
+
+/// The one allocation result of driver `gpuslice.io`, with its index among the results.
+fn our_result<'a>(
+    r: &ClaimRef,
+    alloc: &'a AllocationResult,
+) -> Result<(usize, &'a DeviceRequestAllocationResult), PlanError> {
     let results = alloc
         .devices
         .as_ref()
@@ -95,42 +140,58 @@ pub fn plan(
         .enumerate()
         .filter(|(_, x)| x.driver == DRIVER)
         .collect();
-    let (i, result) = match ours.as_slice() {
-        [one] => *one,
+    match ours.as_slice() {
+        [one] => Ok(*one),
         [] => {
             let others: Vec<&str> = results.iter().map(|x| x.driver.as_str()).collect();
-            return Err(fail(
+            Err(fail(
+                r,
                 None,
                 "status.allocation.devices.results",
                 format!("no device of driver {DRIVER} (drivers: {others:?})"),
-            ));
-        }
-        many => {
-            return Err(fail(
-                None,
-                "status.allocation.devices.results",
-                format!(
-                    "{} devices of driver {DRIVER}; a claim is one slice on one GPU",
-                    many.len()
-                ),
             ))
         }
-    };
-    let field = |f: &str| format!("status.allocation.devices.results[{i}].{f}");
+        many => Err(fail(
+            r,
+            None,
+            "status.allocation.devices.results",
+            format!(
+                "{} devices of driver {DRIVER}; a claim is one slice on one GPU",
+                many.len()
+            ),
+        )),
+    }
+}
+
+/// The field `f` of result `i`.
+fn result_field(i: usize, f: &str) -> String {
+    format!("status.allocation.devices.results[{i}].{f}")
+}
+
+/// This node's GPU (and its offer) that result `i` allocated.
+fn our_device<'g>(
+    r: &ClaimRef,
+    i: usize,
+    result: &DeviceRequestAllocationResult,
+    node: &str,
+    gpus: &'g [(Gpu, Offer)],
+) -> Result<&'g (Gpu, Offer), PlanError> {
     let dev = result.device.as_str();
     if result.pool != node {
         return Err(fail(
+            r,
             Some(dev),
-            &field("pool"),
+            &result_field(i, "pool"),
             format!("\"{}\" is not this node's pool \"{node}\"", result.pool),
         ));
     }
-    let (gpu, offer) = index_of(dev)
+    index_of(dev)
         .and_then(|idx| gpus.iter().find(|(g, _)| g.info.index == idx))
         .ok_or_else(|| {
             fail(
+                r,
                 Some(dev),
-                &field("device"),
+                &result_field(i, "device"),
                 format!(
                     "this node has no such device (it has {:?})",
                     gpus.iter()
@@ -138,17 +199,35 @@ pub fn plan(
                         .collect::<Vec<_>>()
                 ),
             )
-        })?;
+        })
+}
+
+/// The consumed `(memory, compute)` of result `i`, each within the device's `offer`; memory
+/// must be named and non-zero, compute defaults to 0 (best effort).
+fn consumed(
+    r: &ClaimRef,
+    i: usize,
+    result: &DeviceRequestAllocationResult,
+    offer: &Offer,
+) -> Result<(u64, u64), PlanError> {
+    let dev = result.device.as_str();
     let consumed = result.consumed_capacity.as_ref();
     let amount = |name: &str, default: Option<u64>, max: u64| -> Result<u64, PlanError> {
-        let f = field(&format!("consumedCapacity.{name}"));
+        let f = result_field(i, &format!("consumedCapacity.{name}"));
         let v = match consumed.and_then(|c| c.get(name)) {
-            Some(q) => quantity::of(q).map_err(|e| fail(Some(dev), &f, e.to_string()))?,
-            None => default
-                .ok_or_else(|| fail(Some(dev), &f, "missing (the scheduler records it)".into()))?,
+            Some(q) => quantity::of(q).map_err(|e| fail(r, Some(dev), &f, e.to_string()))?,
+            None => default.ok_or_else(|| {
+                fail(
+                    r,
+                    Some(dev),
+                    &f,
+                    "missing (the scheduler records it)".into(),
+                )
+            })?,
         };
         if v > max {
             return Err(fail(
+                r,
                 Some(dev),
                 &f,
                 format!("{v} is above the device's published {name} capacity {max}"),
@@ -159,12 +238,23 @@ pub fn plan(
     let memory = amount(names::MEMORY, None, offer.memory)?;
     if memory == 0 {
         return Err(fail(
+            r,
             Some(dev),
-            &field("consumedCapacity.memory"),
+            &result_field(i, "consumedCapacity.memory"),
             "0: a slice needs a memory cap".into(),
         ));
     }
     let compute = amount(names::COMPUTE, Some(0), offer.compute)?;
+    Ok((memory, compute))
+}
+
+/// The `SliceConfig`s of driver `gpuslice.io` that apply to `result`'s request, overlaid in
+/// order (a config naming no request applies to all).
+fn slice_config(
+    r: &ClaimRef,
+    alloc: &AllocationResult,
+    result: &DeviceRequestAllocationResult,
+) -> Result<SliceConfig, PlanError> {
     let mut config = SliceConfig::default();
     let configs = alloc
         .devices
@@ -185,7 +275,8 @@ pub fn plan(
         }
         let parsed = sliceconfig::parse(&opaque.parameters.0).map_err(|e| {
             fail(
-                Some(dev),
+                r,
+                Some(&result.device),
                 &format!(
                     "status.allocation.devices.config[{j}].opaque.parameters.{}",
                     e.field
@@ -195,29 +286,7 @@ pub fn plan(
         })?;
         config = config.overlay(parsed);
     }
-    let compute = u8::try_from(compute).unwrap_or(100);
-    let slice = SliceRequest {
-        memory: Some(MemoryRequest::Bytes(memory)),
-        compute: (compute > 0).then_some(compute),
-        compute_limit: config.compute_limit,
-        priority: config.priority.unwrap_or(Priority::Normal),
-        devices: DeviceSelector::List(vec![DeviceRef::Uuid(gpu.info.uuid.clone())]),
-        model: None,
-    };
-    slice.validate().map_err(|e| {
-        fail(
-            Some(dev),
-            "status.allocation.devices.config",
-            format!("consumed compute {compute} with this SliceConfig: {e}"),
-        )
-    })?;
-    Ok(Plan {
-        request: result.request.clone(),
-        pool: result.pool.clone(),
-        device: dev.to_string(),
-        uuid: gpu.info.uuid.clone(),
-        slice,
-    })
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -278,30 +278,8 @@ impl Publisher {
             slices
         };
         let same = compute(current.unwrap_or(0));
-        for s in &same {
-            let bad = validate::resource_slice(s);
-            if !bad.is_empty() {
-                let problems: Vec<String> = bad.iter().map(ToString::to_string).collect();
-                return Err(Failure::Fatal(PublishError::Invalid {
-                    name: s.metadata.name.clone().unwrap_or_default(),
-                    problems: problems.join("; "),
-                }));
-            }
-        }
-        let up_to_date = current.is_some()
-            && ours.len() == same.len()
-            && same.iter().all(|want| {
-                ours.iter().any(|have| {
-                    have.metadata.name == want.metadata.name
-                        && (want.metadata.owner_references.is_none()
-                            || have.metadata.owner_references == want.metadata.owner_references)
-                        && contains(
-                            &serde_json::to_value(by_value(&have.spec)).unwrap_or_default(),
-                            &serde_json::to_value(&want.spec).unwrap_or_default(),
-                        )
-                })
-            });
-        if up_to_date {
+        check_valid(&same)?;
+        if current.is_some() && up_to_date(&ours, &same) {
             return Ok(Published {
                 generation: current.unwrap_or(0),
                 ..Published::default()
@@ -316,8 +294,20 @@ impl Publisher {
             generation,
             ..Published::default()
         };
-        let pp = PostParams::default();
         let wanted = compute(generation);
+        self.put(&ours, &wanted, &mut out).await?;
+        self.delete_stale(&ours, &wanted, &mut out).await?;
+        Ok(out)
+    }
+
+    /// Creates the `wanted` slices not among `ours` and replaces those that are.
+    async fn put(
+        &self,
+        ours: &[ResourceSlice],
+        wanted: &[ResourceSlice],
+        out: &mut Published,
+    ) -> Result<(), Failure> {
+        let pp = PostParams::default();
         for mut want in wanted.iter().cloned() {
             let name = want.metadata.name.clone().unwrap_or_default();
             match ours
@@ -349,7 +339,18 @@ impl Publisher {
                 },
             }
         }
-        for old in &ours {
+        Ok(())
+    }
+
+    /// Deletes the slices among `ours` that are not `wanted` (only the versions read: a slice
+    /// changed meanwhile is retried, not deleted blind).
+    async fn delete_stale(
+        &self,
+        ours: &[ResourceSlice],
+        wanted: &[ResourceSlice],
+        out: &mut Published,
+    ) -> Result<(), Failure> {
+        for old in ours {
             let name = old.metadata.name.clone().unwrap_or_default();
             if wanted
                 .iter()
@@ -373,7 +374,7 @@ impl Publisher {
                 Err(e) => return Err(Failure::Fatal(self.api_error(format!("delete {name}"), &e))),
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Publishes at start and then keeps the pool current until `shutdown` completes: the GPUs
@@ -445,6 +446,39 @@ impl Publisher {
             }
         }
     }
+}
+
+/// Every slice about to be published passes the API server's validation (checked here so
+/// that a refusal names the slice and every problem at once).
+fn check_valid(slices: &[ResourceSlice]) -> Result<(), Failure> {
+    for s in slices {
+        let bad = validate::resource_slice(s);
+        if !bad.is_empty() {
+            let problems: Vec<String> = bad.iter().map(ToString::to_string).collect();
+            return Err(Failure::Fatal(PublishError::Invalid {
+                name: s.metadata.name.clone().unwrap_or_default(),
+                problems: problems.join("; "),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// `ours` (as read) already say what `same` (computed at their generation) says: the same
+/// names, owners where we set one, and every field we set (the API server adds defaults).
+fn up_to_date(ours: &[ResourceSlice], same: &[ResourceSlice]) -> bool {
+    ours.len() == same.len()
+        && same.iter().all(|want| {
+            ours.iter().any(|have| {
+                have.metadata.name == want.metadata.name
+                    && (want.metadata.owner_references.is_none()
+                        || have.metadata.owner_references == want.metadata.owner_references)
+                    && contains(
+                        &serde_json::to_value(by_value(&have.spec)).unwrap_or_default(),
+                        &serde_json::to_value(&want.spec).unwrap_or_default(),
+                    )
+            })
+        })
 }
 
 #[cfg(test)]
