@@ -23,9 +23,9 @@ use std::sync::OnceLock;
 
 use gpuslice_api::protocol::{ResponseEnvelope, SOCKET_NAME};
 use gpuslice_api::{AssignedDevice, Config, Request, RequestEnvelope, Response};
+use gpuslice_oci::elf_versions::minimal_elf;
 use gpuslice_oci::select::{select, Selection};
 use gpuslice_oci::spec::SpecDoc;
-use gpuslice_oci::elf_versions::minimal_elf;
 use gpuslice_oci::{prepare_bundle, Outcome, Settings};
 use libfuzzer_sys::fuzz_target;
 
