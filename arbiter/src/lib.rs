@@ -11,22 +11,21 @@
 //!    `backstop/mod.rs`) and [`shutdown`]: each holds an `Arc<Mutex<State>>`.
 //! 2. **Core** — [`state`]: the [`State`] (admission, records, scheduler, the [`state::Events`]
 //!    counters and backstop history) and request handling (`state/handle.rs`).
-//! 3. **Parts** — [`admission`] over [`fit`], [`placement`] and [`inventory`]; [`store`];
-//!    [`contexts`] (the measured context footprint, its probe in [`contexts_driver`]);
+//! 3. **Parts** — [`admission`] over [`fit`], [`placement`] and [`inventory`], [`contexts`] (the
+//!    measured context footprint, its probe in [`contexts_driver`]) and [`nvml`]: re-exported
+//!    from the `gpuslice-admission` crate; [`store`];
 //!    [`slices`] (region files, measured use); [`owner`] (owner identity, `/proc`); [`sched`];
 //!    the backstop's engine and adapters (`backstop/{engine,nvml,host}.rs`); [`nvml`];
 //!    [`syscalls`]; [`privileges`]. None of them knows the state or the daemon.
 
-pub mod admission;
+// The admission rules live in their own crate (shared with the kubelet plugin); re-exported
+// under their old paths so the daemon's modules read them as before.
+pub use gpuslice_admission::{
+    admission, contexts, contexts_driver, fit, inventory, nvml, placement,
+};
 pub mod backstop;
-pub mod contexts;
-pub mod contexts_driver;
-pub mod fit;
-pub mod inventory;
 pub mod metrics;
-pub mod nvml;
 pub mod owner;
-pub mod placement;
 pub mod privileges;
 pub mod reclaim;
 pub mod sched;

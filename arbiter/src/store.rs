@@ -3,8 +3,8 @@
 //! start so the arbiter survives its own restart.
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use gpuslice_api::protocol::valid_slice_id;
@@ -125,17 +125,4 @@ impl Store {
     }
 }
 
-/// Writes `<dir>/<name>` atomically, mode 0600: a synced `.<name>.tmp` renamed over it, so a
-/// reader sees the old file or the new one, never a part.
-pub fn write_private(dir: &Path, name: &str, body: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(body)?;
-    f.sync_all()?;
-    fs::rename(&tmp, dir.join(name))
-}
+pub use gpuslice_admission::files::write_private;

@@ -4,7 +4,7 @@
 //! The arbiter commits `cap + reserve` per slice on a device (`Policy::commitment_on`: the cap
 //! plus that device's context charge × `processes_per_slice`), where each device's per-process
 //! charge follows the context footprint the arbiter measured on it at its start
-//! (`gpuslice_arbiter::contexts`, kept in `<state-dir>/contexts.json`): the plugin builds its
+//! (`gpuslice_admission::contexts`, kept in `<state-dir>/contexts.json`): the plugin builds its
 //! [`Policy`] with [`node_policy`] from the same file, so both charge each device what was
 //! measured there (the assumed H200 figure until the arbiter has run once), and a node with GPUs
 //! of different kinds publishes each its own capacity. Consumable capacity has no per-allocation overhead,
@@ -21,9 +21,9 @@
 //! would never allocate), so node and cluster refuse the same things. `compute` is the
 //! arbiter's guarantee pool, 100 per device, exactly.
 
-pub use gpuslice_arbiter::contexts::node_policy;
-use gpuslice_arbiter::fit::Policy;
-use gpuslice_arbiter::inventory::DeviceInfo;
+pub use gpuslice_admission::contexts::node_policy;
+use gpuslice_admission::fit::Policy;
+use gpuslice_admission::inventory::DeviceInfo;
 
 /// Granularity of the `memory` capacity and of what a claim may consume: 1 MiB.
 pub const MEMORY_STEP: u64 = 1 << 20;
@@ -118,7 +118,7 @@ mod tests {
     /// when the arbiter measured more; the assumed H200 figure before it ever ran.
     #[test]
     fn the_measured_context_footprint_sets_the_reserves_aside() {
-        use gpuslice_arbiter::contexts::{resolve, save};
+        use gpuslice_admission::contexts::{resolve, save};
         const MI: u64 = 1 << 20;
         let dir = std::env::temp_dir().join(format!("gs-cap-ctx-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn each_device_of_a_mixed_node_publishes_its_own_reserves() {
         use crate::deviceplugin::units::{units_of, UnitPolicy};
-        use gpuslice_arbiter::contexts::{resolve, save};
+        use gpuslice_admission::contexts::{resolve, save};
         const MI: u64 = 1 << 20;
         let dir = std::env::temp_dir().join(format!("gs-cap-mixed-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");

@@ -3,7 +3,7 @@
 //! (architecture, compute capability, driver version, device minor), behind [`GpuSource`] so the
 //! logic runs without NVML in tests.
 
-use gpuslice_arbiter::inventory::{DeviceInfo, InventoryError};
+use gpuslice_admission::inventory::{DeviceInfo, InventoryError};
 
 /// One GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use gpuslice_arbiter::fit::Policy;
+use gpuslice_admission::fit::Policy;
 use gpuslice_kubelet_plugin::capacity::{PublishPolicy, DEFAULT_SLICES_PER_GPU};
 use gpuslice_kubelet_plugin::deviceplugin;
 use gpuslice_kubelet_plugin::dra::apiserver::{self, ApiClaims};

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use gpuslice_arbiter::inventory::{DeviceInventory, InventoryError};
-use gpuslice_arbiter::nvml::NvmlInventory;
+use gpuslice_admission::inventory::{DeviceInventory, InventoryError};
+use gpuslice_admission::nvml::NvmlInventory;
 use nvml_wrapper::Nvml;
 
 use crate::gpu::{Gpu, GpuSource};

@@ -15,9 +15,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
+use gpuslice_admission::contexts::{node_policy, FILE};
+use gpuslice_admission::fit::Policy;
 use gpuslice_api::config::AdmissionConfig;
-use gpuslice_arbiter::contexts::{node_policy, FILE};
-use gpuslice_arbiter::fit::Policy;
 
 /// The identity of `contexts.json` last read: (inode, size, mtime ns); `None` = absent.
 type Stamp = Option<(u64, u64, i128)>;
@@ -81,8 +81,8 @@ fn stamp_of(dir: &std::path::Path) -> Stamp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuslice_arbiter::contexts::{resolve, save};
-    use gpuslice_arbiter::inventory::DeviceInfo;
+    use gpuslice_admission::contexts::{resolve, save};
+    use gpuslice_admission::inventory::DeviceInfo;
 
     const MI: u64 = 1 << 20;
 

@@ -13,12 +13,12 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{gpus, ClaimSpec, Node};
+use gpuslice_admission::admission::Admission;
+use gpuslice_admission::contexts::{policy_for, resolve};
+use gpuslice_admission::fit::Policy;
 use gpuslice_api::config::AdmissionConfig;
 use gpuslice_api::ByteSize;
 use gpuslice_api::{DeviceRef, DeviceSelector, MemoryRequest, Owner, SliceRequest};
-use gpuslice_arbiter::contexts::{policy_for, resolve};
-use gpuslice_arbiter::fit::Policy;
-use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy, MEMORY_STEP};
 use gpuslice_kubelet_plugin::dra::claim::ClaimRef;
 

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use common::{gpus, ClaimSpec, FakeArbiter, GI, NODE};
-use gpuslice_arbiter::fit::Policy;
+use gpuslice_admission::fit::Policy;
 use gpuslice_cdi::{ldcache, Options};
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::dra::cdi::{CdiDir, ClaimCdi};

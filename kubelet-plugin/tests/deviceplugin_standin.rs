@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{gpus, GI};
+use gpuslice_admission::admission::Admission;
+use gpuslice_admission::fit::Policy;
 use gpuslice_api::{DeviceSelector, NodeStatus, Owner, SliceRequest};
-use gpuslice_arbiter::fit::Policy;
-use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::deviceplugin::serve::{serve, Paths};
 use gpuslice_kubelet_plugin::deviceplugin::service::{NodeSlices, Plugin, SlicesError};

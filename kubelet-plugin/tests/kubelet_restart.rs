@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::apienv::{env, publisher, stored, wait_for, Env};
 use common::{gpus, kubelet, NODE};
-use gpuslice_arbiter::fit::Policy;
+use gpuslice_admission::fit::Policy;
 use gpuslice_kubelet_plugin::capacity::{names, offer, PublishPolicy};
 use gpuslice_kubelet_plugin::dra::publish::Publisher;
 use gpuslice_kubelet_plugin::dra::slicewatch;

@@ -5,9 +5,9 @@
 mod common;
 
 use common::{gpus, ClaimSpec, Node, GI, NODE};
+use gpuslice_admission::admission::Admission;
+use gpuslice_admission::fit::Policy;
 use gpuslice_api::{MemoryRequest, Owner, SliceRequest};
-use gpuslice_arbiter::fit::Policy;
-use gpuslice_arbiter::Admission;
 use gpuslice_kubelet_plugin::capacity::{offer, PublishPolicy};
 use gpuslice_kubelet_plugin::dra::claim::ClaimRef;
 use gpuslice_kubelet_plugin::dra::resourceslice::resource_slices;

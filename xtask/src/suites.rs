@@ -327,7 +327,15 @@ fn interposer() -> Result<()> {
 
 fn arbiter() -> Result<()> {
     build_processes()?;
-    cargo_test(&["gpuslice-api", "gpuslice-arbiter", "gpuslice-cli"], &[])
+    cargo_test(
+        &[
+            "gpuslice-api",
+            "gpuslice-admission",
+            "gpuslice-arbiter",
+            "gpuslice-cli",
+        ],
+        &[],
+    )
 }
 
 fn workloads() -> Result<()> {

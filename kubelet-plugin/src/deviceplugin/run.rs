@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use gpuslice_arbiter::fit::Policy;
+use gpuslice_admission::fit::Policy;
 
 use super::serve::{serve, Paths};
 use super::service::{Plugin, SocketSlices};

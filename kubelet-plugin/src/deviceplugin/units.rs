@@ -23,9 +23,9 @@
 //! So the count kubelet reports (healthy units) minus what it allocated is what the arbiter will
 //! still admit. With `overcommit_memory` the arbiter checks no memory: every unit is available.
 
+use gpuslice_admission::fit::Policy;
 use gpuslice_api::quantity::format_bytes;
 use gpuslice_api::{DeviceRef, DeviceSelector, MemoryRequest, NodeStatus, SliceStatus};
-use gpuslice_arbiter::fit::Policy;
 
 use crate::capacity::{self, PublishPolicy, MEMORY_STEP};
 use crate::gpu::Gpu;
@@ -318,7 +318,7 @@ mod tests {
 
     fn gpu(index: u32, gib: u64) -> Gpu {
         Gpu {
-            info: gpuslice_arbiter::inventory::DeviceInfo {
+            info: gpuslice_admission::inventory::DeviceInfo {
                 index,
                 uuid: format!("GPU-{index}"),
                 name: "sim".into(),

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use gpuslice_admission::fit::Policy;
 use gpuslice_api::MemoryRequest;
-use gpuslice_arbiter::fit::Policy;
 
 use crate::capacity::{self, Offer, PublishPolicy};
 use crate::dra::arbiter::Arbiter;

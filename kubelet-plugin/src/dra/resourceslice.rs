@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuslice_arbiter::fit::Policy;
+use gpuslice_admission::fit::Policy;
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
     ResourcePool, ResourceSlice, ResourceSliceSpec,

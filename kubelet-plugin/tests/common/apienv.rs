@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuslice_arbiter::fit::Policy;
+use gpuslice_admission::fit::Policy;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::dra::apiserver::connect;
 use gpuslice_kubelet_plugin::dra::publish::Publisher;

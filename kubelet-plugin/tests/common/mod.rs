@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use gpuslice_admission::admission::Admission;
+use gpuslice_admission::fit::Policy;
+use gpuslice_admission::inventory::DeviceInfo;
 use gpuslice_api::{Owner, SliceRequest, SliceStatus};
-use gpuslice_arbiter::fit::Policy;
-use gpuslice_arbiter::inventory::DeviceInfo;
-use gpuslice_arbiter::Admission;
 use gpuslice_cdi::CdiError;
 use gpuslice_kubelet_plugin::capacity::PublishPolicy;
 use gpuslice_kubelet_plugin::dra::arbiter::{Admitted, Arbiter, ArbiterError};
@@ -322,7 +322,11 @@ pub fn assert_no_capabilities(pid: u32) -> bool {
 /// bytes on GPU 0 and 300 MiB on GPU 1 of [`gpus`].
 pub fn measure_contexts(state: &std::path::Path, m0: u64) {
     let infos: Vec<DeviceInfo> = gpus().into_iter().map(|g| g.info).collect();
-    let (list, _) =
-        gpuslice_arbiter::contexts::resolve(&infos, "580", Ok(vec![(0, m0), (1, 300 << 20)]), None);
-    gpuslice_arbiter::contexts::save(state, &list).expect("contexts.json");
+    let (list, _) = gpuslice_admission::contexts::resolve(
+        &infos,
+        "580",
+        Ok(vec![(0, m0), (1, 300 << 20)]),
+        None,
+    );
+    gpuslice_admission::contexts::save(state, &list).expect("contexts.json");
 }

@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use gpuslice_admission::fit::Policy;
+use gpuslice_admission::inventory::DeviceInfo;
 use gpuslice_api::{Config, DeviceSelector, MemoryRequest, Priority};
-use gpuslice_arbiter::fit::Policy;
-use gpuslice_arbiter::inventory::DeviceInfo;
 use gpuslice_deploy_tests::{
     doc_section, host_mounts, kubectl_or_skip, named, objects, render_strict, repo_root, s, strs,
     IMAGE_PLACEHOLDER,

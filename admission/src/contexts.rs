@@ -96,7 +96,7 @@ pub fn load(dir: &Path) -> Option<Vec<Footprint>> {
 /// Writes [`FILE`] into `dir` (atomically).
 pub fn save(dir: &Path, list: &[Footprint]) -> std::io::Result<()> {
     let body = serde_json::to_vec_pretty(list).map_err(std::io::Error::other)?;
-    crate::store::write_private(dir, FILE, &body)
+    crate::files::write_private(dir, FILE, &body)
 }
 
 /// The status of device `index` under `policy`.

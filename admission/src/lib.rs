@@ -1,0 +1,21 @@
+//! What fits where on a node, and why not: the rules the node arbiter admits slices by and the
+//! kubelet plugin advertises capacity by, in one library so the plugin need not link the daemon.
+//!
+//! The modules form layers; each imports only from layers below it (`tests/layers.rs`):
+//!
+//! 1. [`admission`]: the admitted slices of a node and the admit/update/release decisions,
+//!    over [`fit`] (one device's capacity, the refusal reasons) and [`placement`]
+//!    (bin-pack / spread among the devices that fit).
+//! 2. [`contexts`]: the measured CUDA context footprint per device and the charge it implies
+//!    (`contexts.json`), with its probe's driver calls in [`contexts_driver`].
+//! 3. [`nvml`]: the device inventory read through NVML; [`inventory`]: what a device is, the
+//!    trait in front of NVML, and [`files`] (a private file written atomically).
+
+pub mod admission;
+pub mod contexts;
+pub mod contexts_driver;
+pub mod files;
+pub mod fit;
+pub mod inventory;
+pub mod nvml;
+pub mod placement;
