@@ -9,8 +9,6 @@ pub mod args;
 pub mod configure;
 pub mod configure_args;
 pub mod doctor;
-pub mod doctor_live;
-pub mod doctor_owners;
 pub mod options;
 pub mod run;
 pub mod run_mounts;

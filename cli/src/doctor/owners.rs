@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::doctor::{Check, Level};
+use super::check::{Check, Level};
 
 const NAME: &str = "gpu-owners";
 const FIX: &str = "keep NVIDIA's device plugin off gpuslice's nodes (kubectl label node NODE nvidia.com/gpu.deploy.device-plugin=false; docs/nvidia-toolkit.md, \"One GPU, one owner\") and start CUDA work on this node only through gpuslice";

@@ -16,63 +16,11 @@ use crate::configure::containerd::{
 };
 use crate::configure::{docker, read_optional, tomlx};
 
-/// A check's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    /// Fine.
-    Ok,
-    /// Works, but something is missing or odd.
-    Warn,
-    /// Broken: containers will not get slices.
-    Fail,
-}
+mod check;
+pub mod live;
+pub mod owners;
 
-impl Level {
-    fn word(self) -> &'static str {
-        match self {
-            Level::Ok => "OK",
-            Level::Warn => "WARN",
-            Level::Fail => "FAIL",
-        }
-    }
-}
-
-/// One row of the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    /// What was checked (`nvml`, `arbiter`, …).
-    pub name: &'static str,
-    /// The verdict.
-    pub level: Level,
-    /// What was found.
-    pub detail: String,
-    /// The command that fixes it (problems only).
-    pub fix: Option<String>,
-}
-
-impl Check {
-    pub(crate) fn ok(name: &'static str, detail: impl Into<String>) -> Self {
-        Self {
-            name,
-            level: Level::Ok,
-            detail: detail.into(),
-            fix: None,
-        }
-    }
-    pub(crate) fn bad(
-        name: &'static str,
-        level: Level,
-        detail: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Self {
-        Self {
-            name,
-            level,
-            detail: detail.into(),
-            fix: Some(fix.into()),
-        }
-    }
-}
+pub use check::{Check, Level};
 
 /// Where to look.
 #[derive(Debug, Clone)]
@@ -109,16 +57,15 @@ pub struct Inputs {
 pub fn run_checks(i: &Inputs) -> Vec<Check> {
     let mut v = vec![driver(i), nvml(i)];
     let (arbiter_row, status) = arbiter(i);
-    v.extend(crate::doctor_owners::gpu_owners(
+    v.extend(owners::gpu_owners(
         i.nvml_library.as_deref(),
         Path::new("/proc"),
         status.as_ref().map(|s| s.foreign.as_slice()),
     ));
     v.extend([arbiter_row, interposer(i), cdi(i)]);
     let path = i.search_path.as_deref();
-    let present = |binary: &str, config: &Path| {
-        config.exists() || crate::doctor_live::which(binary, path).is_some()
-    };
+    let present =
+        |binary: &str, config: &Path| config.exists() || live::which(binary, path).is_some();
     // Engines the node does not have get no rows.
     let mut engines = Vec::new();
     // The running daemon is checked where its files are configured for gpuslice.
@@ -140,10 +87,11 @@ pub fn run_checks(i: &Inputs) -> Vec<Check> {
         let ok = file.level == Level::Ok;
         engines.push(file);
         if ok {
-            let socket = i.docker_socket.clone().unwrap_or_else(|| {
-                crate::doctor_live::docker_socket(&docker_hosts(&i.docker_config))
-            });
-            engines.extend(crate::doctor_live::docker(&i.docker_config, &socket, path));
+            let socket = i
+                .docker_socket
+                .clone()
+                .unwrap_or_else(|| live::docker_socket(&docker_hosts(&i.docker_config)));
+            engines.extend(live::docker(&i.docker_config, &socket, path));
         }
     }
     if present("crio", &i.crio_dir) {
@@ -174,13 +122,10 @@ fn containerd_live(i: &Inputs, files: &[(PathBuf, toml_edit::DocumentMut)]) -> O
             .and_then(|g| g.get("address"))
             .and_then(Item::as_str)
             .filter(|a| !a.is_empty())
-            .map_or_else(
-                || PathBuf::from(crate::doctor_live::CONTAINERD_SOCKET),
-                PathBuf::from,
-            )
+            .map_or_else(|| PathBuf::from(live::CONTAINERD_SOCKET), PathBuf::from)
     });
     let paths: Vec<PathBuf> = files.iter().map(|(f, _)| f.clone()).collect();
-    crate::doctor_live::containerd(&crate::doctor_live::ContainerdLive {
+    live::containerd(&live::ContainerdLive {
         config: &i.containerd_config,
         files: &paths,
         address,

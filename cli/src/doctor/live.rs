@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::doctor::{Check, Level};
+use super::check::{Check, Level};
 
 /// containerd's gRPC socket when its config names none.
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
