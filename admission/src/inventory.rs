@@ -43,9 +43,9 @@ impl StaticInventory {
         StaticInventory(
             devices
                 .iter()
-                .enumerate()
-                .map(|(i, (name, mem))| DeviceInfo {
-                    index: i as u32,
+                .zip(0u32..)
+                .map(|((name, mem), i)| DeviceInfo {
+                    index: i,
                     uuid: format!("GPU-fake-{i}"),
                     name: (*name).to_string(),
                     memory_total: *mem,

@@ -11,6 +11,14 @@
 //! 3. [`nvml`]: the device inventory read through NVML; [`inventory`]: what a device is, the
 //!    trait in front of NVML, and [`files`] (a private file written atomically).
 
+// As in `region`, `abi` and the interposer: no silent narrowing or sign-changing `as`.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::cast_lossless
+)]
+
 pub mod admission;
 pub mod contexts;
 pub mod contexts_driver;

@@ -16,7 +16,16 @@
 //!    from the `gpuslice-admission` crate; [`store`];
 //!    [`slices`] (region files, measured use); [`owner`] (owner identity, `/proc`); [`sched`];
 //!    the backstop's engine and adapters (`backstop/{engine,nvml,host}.rs`); [`nvml`];
-//!    [`syscalls`]; [`privileges`]. None of them knows the state or the daemon.
+//!    [`syscalls`]; [`privileges`]; [`convert`] (the number conversions the cast lints allow).
+//!    None of them knows the state or the daemon.
+
+// As in `region`, `abi` and the interposer: no silent narrowing or sign-changing `as`.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::cast_lossless
+)]
 
 // The admission rules live in their own crate (shared with the kubelet plugin); re-exported
 // under their old paths so the daemon's modules read them as before.
@@ -24,6 +33,7 @@ pub use gpuslice_admission::{
     admission, contexts, contexts_driver, fit, inventory, nvml, placement,
 };
 pub mod backstop;
+pub mod convert;
 pub mod metrics;
 pub mod owner;
 pub mod privileges;

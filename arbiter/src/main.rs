@@ -4,6 +4,14 @@
 //! files and a place in its devices' lease schedulers (`sched`), which enforce compute shares at
 //! kernel launches through the interposer's gate.
 
+// As in the library (`lib.rs`): no silent narrowing or sign-changing `as`.
+#![deny(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    clippy::cast_lossless
+)]
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 

@@ -385,7 +385,7 @@ pub fn render(src: &Sources) -> String {
     }
 
     let n_slices: Gauge = Gauge::default();
-    n_slices.set(slices.len() as i64);
+    n_slices.set(i64::try_from(slices.len()).unwrap_or(i64::MAX));
     reg.register("gpuslice_slices", "Admitted slices", n_slices);
 
     let mut out = String::new();

@@ -63,7 +63,8 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
         uid: 0,
         gid: 0,
     };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>())
+        .unwrap_or(libc::socklen_t::MAX);
     // SAFETY: the fd is a live socket owned by `stream`; `cred` and `len` are valid for writes
     // and `len` holds the size of `cred`.
     let rc = unsafe {

@@ -91,7 +91,7 @@ pub fn kernel_release() -> String {
         .release
         .iter()
         .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
+        .map(|&c| c.cast_unsigned())
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
@@ -118,7 +118,7 @@ pub fn fallbacks_in_use() -> Vec<String> {
         ));
     }
     // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() } as u32;
+    let me = unsafe { libc::getpid() }.cast_unsigned();
     match pidfd_open(me) {
         Ok(_) => {}
         Err(e) if forced() || unsupported(&e) => out.push(format!(

@@ -253,7 +253,7 @@ fn lease_threshold(tolerance: Duration, span: Duration, charged: u64) -> i64 {
     };
     let sigma = window * (w * p * (1.0 - p)).sqrt();
     let tol = tolerance.as_nanos() as f64 + SAMPLING_SIGMAS * sigma;
-    tol.min(i64::MAX as f64) as i64
+    crate::convert::f64_to_i64(tol)
 }
 
 impl<G: GpuSource, H: Host> Backstop<G, H> {
@@ -676,7 +676,10 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 while entry.1.len() > ticks {
                     entry.1.pop_front();
                 }
-                let span = self.cfg.period.saturating_mul(entry.1.len() as u32);
+                let span = self
+                    .cfg
+                    .period
+                    .saturating_mul(crate::convert::usize_to_u32(entry.1.len()));
                 let (ran_sum, charged_sum) = entry
                     .1
                     .iter()
@@ -817,7 +820,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             message,
             at_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+                .map_or(0, |d| crate::convert::u128_to_u64(d.as_millis())),
         }
     }
 }
@@ -1034,12 +1037,13 @@ mod tests {
             (x >> 11) as f64 / (1u64 << 53) as f64
         };
         for p in [0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0] {
-            let charged = (p * 5_000.0) as u64 * MS;
+            let charged = crate::convert::f64_to_u64(p * 5_000.0) * MS;
             let threshold = lease_threshold(tol, span, charged);
             let mut worst = i64::MIN;
             for _ in 0..20_000 {
                 let credited: u64 = (0..25).filter(|_| uniform() < p).count() as u64 * 194 * MS;
-                worst = worst.max(credited as i64 - charged as i64);
+                worst =
+                    worst.max(i64::try_from(credited).unwrap() - i64::try_from(charged).unwrap());
             }
             assert!(
                 worst <= threshold,
@@ -1047,8 +1051,9 @@ mod tests {
             );
         }
         let bypass = lease_threshold(tol, span, 0);
-        assert_eq!(bypass, 250 * MS as i64);
-        assert!(2 * 194 * MS as i64 > bypass);
+        let ms = i64::try_from(MS).unwrap();
+        assert_eq!(bypass, 250 * ms);
+        assert!(2 * 194 * ms > bypass);
     }
 
     /// NVML's list of device 1 only.

@@ -28,7 +28,7 @@ impl NvmlSource {
 fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
+        .map_or(0, |d| crate::convert::u128_to_u64(d.as_micros()))
 }
 
 impl GpuSource for NvmlSource {

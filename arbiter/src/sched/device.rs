@@ -146,7 +146,7 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, high_linger_ns: u64, ctl:
         ctl,
         // Grant ids start somewhere new after a restart, so stale `pending` tags left by the
         // previous arbiter never match a fresh grant.
-        grant_seq: (futex::now_ns() >> 10) as u32 | 1,
+        grant_seq: crate::convert::low_u32(futex::now_ns() >> 10) | 1,
         handoff_ns: Vec::new(),
         free_since: None,
         last_publish: 0,
@@ -1010,9 +1010,11 @@ fn high_neighbour_ahead_us() -> u32 {
 fn p99(v: &[u64]) -> u64 {
     let mut h = v.to_vec();
     h.sort_unstable();
-    h.get(((h.len().max(1) - 1) as f64 * 0.99).round() as usize)
-        .copied()
-        .unwrap_or(0)
+    h.get(crate::convert::f64_to_usize(
+        ((h.len().max(1) - 1) as f64 * 0.99).round(),
+    ))
+    .copied()
+    .unwrap_or(0)
 }
 
 /// Body of a [`Watcher`]: the words stay mapped while it runs (the loop stops and joins it

@@ -69,7 +69,7 @@ pub fn wait_any_fallback(words: &[WaitWord], deadline: Option<u64>) -> Option<us
         }
         return None;
     };
-    let slice = crate::syscalls::FALLBACK_SLICE.as_nanos() as u64;
+    let slice = crate::convert::u128_to_u64(crate::syscalls::FALLBACK_SLICE.as_nanos());
     loop {
         // SAFETY: every address is a live, aligned u32 the caller keeps mapped (wait_any's
         // contract); an atomic load only reads it.

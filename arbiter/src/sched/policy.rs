@@ -346,12 +346,13 @@ impl Policy {
             return f64::from(g);
         }
         let sum: u32 = self.slices.iter().map(|s| s.params.guarantee).sum();
-        let be = self
-            .slices
-            .iter()
-            .filter(|s| s.params.guarantee == 0)
-            .count()
-            .max(1) as u32;
+        let be = crate::convert::usize_to_u32(
+            self.slices
+                .iter()
+                .filter(|s| s.params.guarantee == 0)
+                .count()
+                .max(1),
+        );
         (f64::from(FULL.saturating_sub(sum)) / f64::from(be)).max(1.0)
     }
 
@@ -613,7 +614,7 @@ impl Policy {
             let r = f64::from(s.params.limit) / f64::from(FULL);
             let left = (s.tokens / (1.0 - r).max(1e-6)).max(0.0);
             let left = left.max(quantum as f64 / 4.0);
-            wake_at = wake_at.min(now + left as u64);
+            wake_at = wake_at.min(now + crate::convert::f64_to_u64(left));
         }
         Decision::Keep { renew, wake_at }
     }
@@ -703,7 +704,7 @@ impl Policy {
             .map(|&i| self.weight(i))
             .fold(w, f64::min)
             .max(1.0);
-        (self.quantum as f64 * (w / lightest).clamp(1.0, 4.0)) as u64
+        crate::convert::f64_to_u64(self.quantum as f64 * (w / lightest).clamp(1.0, 4.0))
     }
 
     /// Earliest moment a waiting capped slice other than `except`, not eligible now, is
@@ -723,7 +724,7 @@ impl Policy {
             let r = f64::from(s.params.limit) / f64::from(FULL);
             // Eligible again with a full bucket.
             let need = self.burst(&s.params) - s.tokens;
-            let t = now + (need.max(0.0) / r) as u64 + 1;
+            let t = now + crate::convert::f64_to_u64(need.max(0.0) / r) + 1;
             best = Some(best.map_or(t, |b| b.min(t)));
         }
         best

@@ -112,7 +112,7 @@ impl SchedulerStatus {
 /// Copies the scheduler's per-slice achieved shares into the node status the control socket
 /// returns (`gpuslice status`). Fractions become basis points, clamped to 0..=10000.
 pub fn fill_shares(node: &mut gpuslice_api::NodeStatus, sched: &SchedulerStatus) {
-    let bp = |f: f64| (f.clamp(0.0, 1.0) * 10_000.0).round() as u32;
+    let bp = |f: f64| crate::convert::f64_to_u32((f.clamp(0.0, 1.0) * 10_000.0).round());
     for dev in &mut node.devices {
         let Some(d) = sched.devices.iter().find(|d| d.index == dev.index) else {
             continue;

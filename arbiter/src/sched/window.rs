@@ -29,7 +29,7 @@ impl ShareWindow {
         while e * BUCKET_NS < end {
             let lo = start.max(e * BUCKET_NS);
             let hi = end.min((e + 1) * BUCKET_NS);
-            let i = (e % BUCKETS as u64) as usize;
+            let i = usize::try_from(e % BUCKETS as u64).unwrap_or(0);
             if self.epoch[i] != e {
                 self.epoch[i] = e;
                 self.busy[i] = 0;
@@ -49,7 +49,7 @@ impl ShareWindow {
         let last = now / BUCKET_NS;
         let first = (lo / BUCKET_NS).max(last.saturating_sub(BUCKETS as u64 - 1));
         for e in first..=last {
-            let i = (e % BUCKETS as u64) as usize;
+            let i = usize::try_from(e % BUCKETS as u64).unwrap_or(0);
             if self.epoch[i] != e {
                 continue;
             }
