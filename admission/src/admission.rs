@@ -356,6 +356,93 @@ impl Admission {
         self.admit_holding(id, request, owner, NOTHING_HELD)
     }
 
+    /// The positions of the devices `list` names, each checked to admit the slice.
+    fn listed(
+        &self,
+        id: &str,
+        list: &[DeviceRef],
+        request: &SliceRequest,
+        model: Option<&str>,
+        holdings: &dyn Holdings,
+    ) -> Result<Vec<usize>, AdmitError> {
+        let refused = |refusal| AdmitError::Refused {
+            id: id.to_string(),
+            refusal,
+        };
+        let mut positions = Vec::with_capacity(list.len());
+        for r in list {
+            let pos = self
+                .find(r)
+                .ok_or_else(|| refused(Refusal::UnknownDevice(r.clone())))?;
+            if positions.contains(&pos) {
+                // `0,GPU-of-device-0`: the same device twice under two names.
+                return Err(AdmitError::Invalid(RequestError::new(
+                    gpuslice_api::request::keys::DEVICES,
+                    &request.devices,
+                    format!("device {r} is listed twice"),
+                )));
+            }
+            let dev = &self.devices[pos];
+            self.admits(pos, id, self.ask(request, dev), model, holdings)
+                .map_err(|d| refused(Refusal::ListedDeviceFull(d)))?;
+            positions.push(pos);
+        }
+        Ok(positions)
+    }
+
+    /// The positions of `n` devices that admit the slice, chosen by the placement policy.
+    fn counted(
+        &self,
+        id: &str,
+        n: u32,
+        request: &SliceRequest,
+        model: Option<&str>,
+        holdings: &dyn Holdings,
+    ) -> Result<Vec<usize>, AdmitError> {
+        let refused = |refusal| AdmitError::Refused {
+            id: id.to_string(),
+            refusal,
+        };
+        let n = n as usize;
+        let mut fits = Vec::new();
+        let mut misses = Vec::new();
+        for (pos, dev) in self.devices.iter().enumerate() {
+            let load = self.load(pos, None);
+            let ask = self.ask(request, dev);
+            match self.admits(pos, id, ask, model, holdings) {
+                Ok(()) => {
+                    let mut c = Candidate::new(&self.policy, pos, dev, load, ask);
+                    if ask.cap.is_none() {
+                        // What it would get there: its share of the pool.
+                        let committed = load
+                            .memory_committed
+                            .saturating_add(self.policy.reserve_on(dev.index));
+                        let share =
+                            best_effort_share(dev.memory_total, committed, load.best_effort + 1);
+                        c.memory_left = i128::from(share.unwrap_or(0));
+                    }
+                    fits.push(c)
+                }
+                Err(d) => misses.push(d),
+            }
+        }
+        if fits.len() < n {
+            return Err(refused(Refusal::NotEnoughDevices {
+                wanted: n,
+                fit: fits.len(),
+                devices: misses,
+            }));
+        }
+        // A best-effort slice commits only its reserve, so it leaves the holes bin-pack
+        // keeps for large caps as they were; it goes where its share is largest.
+        let placement = if request.memory.is_none() {
+            Placement::Spread
+        } else {
+            self.policy.placement
+        };
+        Ok(choose(placement, fits, n))
+    }
+
     /// Admits slice `id`, placing it by the policy. Repeating an admit with the same request
     /// returns the existing assignment. A device where the slice would leave a best-effort
     /// slice an effective cap below what it holds (`holdings`) does not fit.
@@ -394,71 +481,9 @@ impl Admission {
             return Err(refused(Refusal::NoDevices));
         }
         let model = request.model.as_deref();
-        let positions: Vec<usize> = match &request.devices {
-            DeviceSelector::List(list) => {
-                let mut positions = Vec::with_capacity(list.len());
-                for r in list {
-                    let pos = self
-                        .find(r)
-                        .ok_or_else(|| refused(Refusal::UnknownDevice(r.clone())))?;
-                    if positions.contains(&pos) {
-                        // `0,GPU-of-device-0`: the same device twice under two names.
-                        return Err(AdmitError::Invalid(RequestError::new(
-                            gpuslice_api::request::keys::DEVICES,
-                            &request.devices,
-                            format!("device {r} is listed twice"),
-                        )));
-                    }
-                    let dev = &self.devices[pos];
-                    self.admits(pos, id, self.ask(&request, dev), model, holdings)
-                        .map_err(|d| refused(Refusal::ListedDeviceFull(d)))?;
-                    positions.push(pos);
-                }
-                positions
-            }
-            DeviceSelector::Count(n) => {
-                let n = *n as usize;
-                let mut fits = Vec::new();
-                let mut misses = Vec::new();
-                for (pos, dev) in self.devices.iter().enumerate() {
-                    let load = self.load(pos, None);
-                    let ask = self.ask(&request, dev);
-                    match self.admits(pos, id, ask, model, holdings) {
-                        Ok(()) => {
-                            let mut c = Candidate::new(&self.policy, pos, dev, load, ask);
-                            if ask.cap.is_none() {
-                                // What it would get there: its share of the pool.
-                                let committed = load
-                                    .memory_committed
-                                    .saturating_add(self.policy.reserve_on(dev.index));
-                                let share = best_effort_share(
-                                    dev.memory_total,
-                                    committed,
-                                    load.best_effort + 1,
-                                );
-                                c.memory_left = i128::from(share.unwrap_or(0));
-                            }
-                            fits.push(c)
-                        }
-                        Err(d) => misses.push(d),
-                    }
-                }
-                if fits.len() < n {
-                    return Err(refused(Refusal::NotEnoughDevices {
-                        wanted: n,
-                        fit: fits.len(),
-                        devices: misses,
-                    }));
-                }
-                // A best-effort slice commits only its reserve, so it leaves the holes bin-pack
-                // keeps for large caps as they were; it goes where its share is largest.
-                let placement = if request.memory.is_none() {
-                    Placement::Spread
-                } else {
-                    self.policy.placement
-                };
-                choose(placement, fits, n)
-            }
+        let positions = match &request.devices {
+            DeviceSelector::List(list) => self.listed(id, list, &request, model, holdings)?,
+            DeviceSelector::Count(n) => self.counted(id, *n, &request, model, holdings)?,
         };
         let devices: Vec<AssignedDevice> = positions
             .iter()

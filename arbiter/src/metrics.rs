@@ -15,6 +15,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use gpuslice_api::{NodeStatus, ProcessFootprint};
 use gpuslice_region::liveness::ProcessTable;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
@@ -22,6 +23,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::contexts::Footprint;
+use crate::fit::Policy;
 use crate::sched::SchedulerStatus;
 use crate::state::State;
 
@@ -81,28 +84,75 @@ fn gauge_family() -> Family<Labels, Gauge<f64, AtomicU64>> {
 
 /// Renders one scrape in the Prometheus text format.
 pub fn render(src: &Sources) -> String {
-    let mut counters = String::new();
-    let (status, slices, contexts, policy, footprints) = {
+    let snap = Snapshot::take(src);
+    let pods: Pods = snap
+        .status
+        .slices
+        .iter()
+        .filter_map(|s| Some((s.slice_id.clone(), s.owner.pod.clone()?)))
+        .collect();
+    let mut reg = Registry::default();
+    register_devices(&mut reg, &snap.status);
+    register_contexts(&mut reg, &snap.contexts, &snap.policy);
+    register_footprints(&mut reg, &pods, &snap.footprints);
+    register_slices(&mut reg, src, &snap.status, &pods);
+    if let Some(sched) = &src.sched {
+        register_sched(&mut reg, &sched(), &pods);
+    }
+    let n_slices: Gauge = Gauge::default();
+    n_slices.set(i64::try_from(snap.status.slices.len()).unwrap_or(i64::MAX));
+    reg.register("gpuslice_slices", "Admitted slices", n_slices);
+
+    let mut out = String::new();
+    if prometheus_text::encode(&mut out, &reg).is_err() {
+        out.clear();
+    }
+    out.push_str(&snap.counters);
+    out
+}
+
+/// What a scrape reads from the state, under its lock once.
+struct Snapshot {
+    /// The state's event counters, already encoded.
+    counters: String,
+    status: NodeStatus,
+    contexts: Vec<Footprint>,
+    policy: Policy,
+    footprints: Vec<ProcessFootprint>,
+}
+
+impl Snapshot {
+    fn take(src: &Sources) -> Snapshot {
+        let mut counters = String::new();
         let st = src.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.events().encode(&mut counters).is_err() {
             counters.clear();
         }
-        let status = st.admission().status();
-        let slices = status.slices.clone();
-        let policy = st.admission().policy().clone();
         let footprints = st
             .events()
             .footprints(|id| st.admission().slice(id).is_some());
-        (status, slices, st.contexts().to_vec(), policy, footprints)
-    };
-    let mut reg = Registry::default();
+        Snapshot {
+            counters,
+            status: st.admission().status(),
+            contexts: st.contexts().to_vec(),
+            policy: st.admission().policy().clone(),
+            footprints,
+        }
+    }
+}
 
+/// Foreign processes on device `index` ([`NodeStatus::foreign`]).
+fn foreign_on(status: &NodeStatus, index: u32) -> usize {
+    status.foreign.iter().filter(|f| f.device == index).count()
+}
+
+/// Each device's memory, commitments, slices and foreign processes.
+fn register_devices(reg: &mut Registry, status: &NodeStatus) {
     let dev_total = gauge_family();
     let dev_committed = gauge_family();
     let dev_guaranteed = gauge_family();
     let dev_slices = gauge_family();
     let dev_foreign = gauge_family();
-    let foreign_on = |index: u32| status.foreign.iter().filter(|f| f.device == index).count();
     for d in &status.devices {
         let l = labels(&[
             ("device", &d.index.to_string()),
@@ -120,83 +170,8 @@ pub fn render(src: &Sources) -> String {
         dev_slices.get_or_create(&l).set(d.slices.len() as f64);
         dev_foreign
             .get_or_create(&l)
-            .set(foreign_on(d.index) as f64);
+            .set(foreign_on(status, d.index) as f64);
     }
-    let (ctx_footprint, ctx_charge) = (gauge_family(), gauge_family());
-    for f in &contexts {
-        let device = f.index.to_string();
-        let l = labels(&[
-            ("device", &device),
-            ("uuid", &f.uuid),
-            ("source", &f.source),
-        ]);
-        ctx_footprint.get_or_create(&l).set(f.bytes as f64);
-        let l = labels(&[("device", &device), ("uuid", &f.uuid)]);
-        ctx_charge
-            .get_or_create(&l)
-            .set(policy.charge_on(f.index) as f64);
-    }
-    let pods: Pods = slices
-        .iter()
-        .filter_map(|s| Some((s.slice_id.clone(), s.owner.pod.clone()?)))
-        .collect();
-    let own = gauge_family();
-    for p in footprints {
-        if let Some(f) = p.footprint {
-            let l = slice_labels(
-                &pods,
-                &[
-                    ("slice", &p.slice_id),
-                    ("device", &p.device.to_string()),
-                    ("pid", &p.pid.to_string()),
-                ],
-            );
-            own.get_or_create(&l).set(f as f64);
-        }
-    }
-
-    let cap = gauge_family();
-    let used = gauge_family();
-    let procs = gauge_family();
-    let guarantee = gauge_family();
-    let limit = gauge_family();
-    let beside = gauge_family();
-    let table = ProcessTable::scan(Path::new("/proc"));
-    for s in &slices {
-        let measured =
-            crate::slices::slice_usage(&src.state_dir.join(&s.slice_id), s, Some(&table));
-        if let Some((_, n)) = &measured {
-            procs
-                .get_or_create(&slice_labels(&pods, &[("slice", &s.slice_id)]))
-                .set(*n as f64);
-        }
-        for (i, d) in s.devices.iter().enumerate() {
-            let l = slice_labels(
-                &pods,
-                &[
-                    ("slice", &s.slice_id),
-                    ("device", &d.index.to_string()),
-                    ("uuid", &d.uuid),
-                ],
-            );
-            if let Some(c) = d.memory_cap {
-                cap.get_or_create(&l).set(c as f64);
-            }
-            if let Some(u) = measured.as_ref().and_then(|(u, _)| u.get(i)) {
-                used.get_or_create(&l).set(*u as f64);
-            }
-            guarantee
-                .get_or_create(&l)
-                .set(f64::from(s.request.compute.unwrap_or(0)) / 100.0);
-            beside
-                .get_or_create(&l)
-                .set(if foreign_on(d.index) > 0 { 1.0 } else { 0.0 });
-            limit
-                .get_or_create(&l)
-                .set(f64::from(s.request.compute_limit.unwrap_or(100)) / 100.0);
-        }
-    }
-
     reg.register(
         "gpuslice_device_memory_total_bytes",
         "Device memory",
@@ -222,11 +197,24 @@ pub fn render(src: &Sources) -> String {
         "CUDA processes outside gpuslice (no slice, no interposer) on the device: while above 0 the device is foreign-owned and takes no new slice",
         dev_foreign,
     );
-    reg.register(
-        "gpuslice_slice_beside_foreign",
-        "1 while the slice's device is foreign-owned: a whole-GPU tenant outside gpuslice shares it (the slice was there first and is not killed)",
-        beside,
-    );
+}
+
+/// Each device's measured context footprint and the charge it implies.
+fn register_contexts(reg: &mut Registry, contexts: &[Footprint], policy: &Policy) {
+    let (ctx_footprint, ctx_charge) = (gauge_family(), gauge_family());
+    for f in contexts {
+        let device = f.index.to_string();
+        let l = labels(&[
+            ("device", &device),
+            ("uuid", &f.uuid),
+            ("source", &f.source),
+        ]);
+        ctx_footprint.get_or_create(&l).set(f.bytes as f64);
+        let l = labels(&[("device", &device), ("uuid", &f.uuid)]);
+        ctx_charge
+            .get_or_create(&l)
+            .set(policy.charge_on(f.index) as f64);
+    }
     reg.register(
         "gpuslice_device_context_footprint_bytes",
         "Device memory a bare CUDA context holds outside any allocation (source: measured by the arbiter's probe context, saved from an earlier start, or assumed)",
@@ -237,10 +225,84 @@ pub fn render(src: &Sources) -> String {
         "What each process is charged on the device for its context and lazily loaded modules",
         ctx_charge,
     );
+}
+
+/// Each slice process's own footprint (the backstop's last check).
+fn register_footprints(reg: &mut Registry, pods: &Pods, footprints: &[ProcessFootprint]) {
+    let own = gauge_family();
+    for p in footprints {
+        if let Some(f) = p.footprint {
+            let l = slice_labels(
+                pods,
+                &[
+                    ("slice", &p.slice_id),
+                    ("device", &p.device.to_string()),
+                    ("pid", &p.pid.to_string()),
+                ],
+            );
+            own.get_or_create(&l).set(f as f64);
+        }
+    }
+
     reg.register(
         "gpuslice_slice_process_footprint_bytes",
         "What NVML lists for a slice process beyond the allocations the interposer counted for it: its own context and lazily loaded modules (from the backstop's last check)",
         own,
+    );
+}
+
+/// Each slice's caps, use, processes, shares, and whether it sits beside a foreign process.
+fn register_slices(reg: &mut Registry, src: &Sources, status: &NodeStatus, pods: &Pods) {
+    let cap = gauge_family();
+    let used = gauge_family();
+    let procs = gauge_family();
+    let guarantee = gauge_family();
+    let limit = gauge_family();
+    let beside = gauge_family();
+    let table = ProcessTable::scan(Path::new("/proc"));
+    for s in &status.slices {
+        let measured =
+            crate::slices::slice_usage(&src.state_dir.join(&s.slice_id), s, Some(&table));
+        if let Some((_, n)) = &measured {
+            procs
+                .get_or_create(&slice_labels(pods, &[("slice", &s.slice_id)]))
+                .set(*n as f64);
+        }
+        for (i, d) in s.devices.iter().enumerate() {
+            let l = slice_labels(
+                pods,
+                &[
+                    ("slice", &s.slice_id),
+                    ("device", &d.index.to_string()),
+                    ("uuid", &d.uuid),
+                ],
+            );
+            if let Some(c) = d.memory_cap {
+                cap.get_or_create(&l).set(c as f64);
+            }
+            if let Some(u) = measured.as_ref().and_then(|(u, _)| u.get(i)) {
+                used.get_or_create(&l).set(*u as f64);
+            }
+            guarantee
+                .get_or_create(&l)
+                .set(f64::from(s.request.compute.unwrap_or(0)) / 100.0);
+            beside
+                .get_or_create(&l)
+                .set(if foreign_on(status, d.index) > 0 {
+                    1.0
+                } else {
+                    0.0
+                });
+            limit
+                .get_or_create(&l)
+                .set(f64::from(s.request.compute_limit.unwrap_or(100)) / 100.0);
+        }
+    }
+
+    reg.register(
+        "gpuslice_slice_beside_foreign",
+        "1 while the slice's device is foreign-owned: a whole-GPU tenant outside gpuslice shares it (the slice was there first and is not killed)",
+        beside,
     );
     reg.register(
         "gpuslice_slice_memory_cap_bytes",
@@ -267,133 +329,130 @@ pub fn render(src: &Sources) -> String {
         "Ceiling on the share of the device's time (0-1)",
         limit,
     );
+}
 
-    if let Some(sched) = &src.sched {
-        let achieved = gauge_family();
-        let grants: Family<Labels, Counter> = Family::default();
-        let wait: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
-        let charged: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
-        let drain_timeouts: Family<Labels, Counter> = Family::default();
-        let strikes_total: Family<Labels, Counter> = Family::default();
-        let loop_wakes: Family<Labels, Counter> = Family::default();
-        let strikes = gauge_family();
-        let backed_off = gauge_family();
-        let dev_handoffs: Family<Labels, Counter> = Family::default();
-        let dev_p99 = gauge_family();
-        let dev_quantum = gauge_family();
-        let dev_rt = gauge_family();
-        for d in sched().devices {
-            let di = d.index.to_string();
-            let dl = labels(&[("device", &di)]);
-            dev_handoffs.get_or_create(&dl).inc_by(d.handoffs);
-            dev_p99
-                .get_or_create(&dl)
-                .set(d.handoff_p99_ns as f64 / 1e9);
-            dev_quantum
-                .get_or_create(&dl)
-                .set(d.quantum_ns as f64 / 1e9);
-            dev_rt
-                .get_or_create(&dl)
-                .set(f64::from(d.realtime_priority));
-            for s in &d.slices {
-                for (w, v) in [("1s", s.achieved_1s), ("10s", s.achieved_10s)] {
-                    achieved
-                        .get_or_create(&slice_labels(
-                            &pods,
-                            &[("slice", &s.slice_id), ("device", &di), ("window", w)],
-                        ))
-                        .set(v);
-                }
-                let l = slice_labels(&pods, &[("slice", &s.slice_id), ("device", &di)]);
-                grants.get_or_create(&l).inc_by(s.grants);
-                wait.get_or_create(&l).inc_by(s.wait_ns as f64 / 1e9);
-                charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);
-                drain_timeouts.get_or_create(&l).inc_by(s.drain_timeouts);
-                strikes_total.get_or_create(&l).inc_by(s.strikes_total);
-                loop_wakes.get_or_create(&l).inc_by(s.loop_wakes);
-                strikes.get_or_create(&l).set(f64::from(s.strikes));
-                backed_off
-                    .get_or_create(&l)
-                    .set(if s.backoff_remaining_ns > 0 { 1.0 } else { 0.0 });
+/// The scheduler's figures per slice on each device.
+fn register_sched(reg: &mut Registry, sched: &SchedulerStatus, pods: &Pods) {
+    register_sched_devices(reg, sched);
+    let achieved = gauge_family();
+    let grants: Family<Labels, Counter> = Family::default();
+    let wait: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
+    let charged: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
+    let drain_timeouts: Family<Labels, Counter> = Family::default();
+    let strikes_total: Family<Labels, Counter> = Family::default();
+    let loop_wakes: Family<Labels, Counter> = Family::default();
+    let strikes = gauge_family();
+    let backed_off = gauge_family();
+    for d in &sched.devices {
+        let di = d.index.to_string();
+        for s in &d.slices {
+            for (w, v) in [("1s", s.achieved_1s), ("10s", s.achieved_10s)] {
+                achieved
+                    .get_or_create(&slice_labels(
+                        pods,
+                        &[("slice", &s.slice_id), ("device", &di), ("window", w)],
+                    ))
+                    .set(v);
             }
+            let l = slice_labels(pods, &[("slice", &s.slice_id), ("device", &di)]);
+            grants.get_or_create(&l).inc_by(s.grants);
+            wait.get_or_create(&l).inc_by(s.wait_ns as f64 / 1e9);
+            charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);
+            drain_timeouts.get_or_create(&l).inc_by(s.drain_timeouts);
+            strikes_total.get_or_create(&l).inc_by(s.strikes_total);
+            loop_wakes.get_or_create(&l).inc_by(s.loop_wakes);
+            strikes.get_or_create(&l).set(f64::from(s.strikes));
+            backed_off
+                .get_or_create(&l)
+                .set(if s.backoff_remaining_ns > 0 { 1.0 } else { 0.0 });
         }
-        reg.register(
-            "gpuslice_slice_achieved_share_ratio",
-            "Share of the device's time charged to the slice over the window (0-1)",
-            achieved,
-        );
-        reg.register(
-            "gpuslice_slice_lease_grants",
-            "Times the slice was granted the device's lease",
-            grants,
-        );
-        reg.register(
-            "gpuslice_slice_lease_wait_seconds",
-            "Time the slice had launches waiting at the gate without the lease",
-            wait,
-        );
-        reg.register(
-            "gpuslice_slice_charged_seconds",
-            "Device time charged to the slice (lease time plus the overrun of its queued work)",
-            charged,
-        );
-        reg.register(
-            "gpuslice_slice_drain_timeouts",
-            "Lease ends whose queued work did not report completion in time",
-            drain_timeouts,
-        );
-        reg.register(
-            "gpuslice_slice_lease_strikes",
-            "Leases the slice lost for claiming demand at the gate without launching anything (hostile or broken gate)",
-            strikes_total,
-        );
-        reg.register(
-            "gpuslice_slice_scheduler_wakes",
-            "Times a usage word of the slice (demand, busy, pending) woke the device's scheduler loop",
-            loop_wakes,
-        );
-        reg.register(
-            "gpuslice_slice_lease_strikes_consecutive",
-            "Such leases in a row now (0 once the slice launches again; each doubles its back-off)",
-            strikes,
-        );
-        reg.register(
-            "gpuslice_slice_lease_backed_off",
-            "1 while the slice's demand claims are ignored (back-off after a strike), else 0",
-            backed_off,
-        );
-        reg.register(
-            "gpuslice_device_lease_handoffs",
-            "Lease grants on the device to a different slice than the previous holder",
-            dev_handoffs,
-        );
-        reg.register(
-            "gpuslice_device_lease_handoff_p99_seconds",
-            "99th percentile of recent hand-off times (device free to next holder woken)",
-            dev_p99,
-        );
-        reg.register(
-            "gpuslice_device_lease_quantum_seconds",
-            "Lease quantum",
-            dev_quantum,
-        );
-        reg.register(
-            "gpuslice_device_scheduler_realtime_priority",
-            "SCHED_FIFO priority of the device's scheduler thread (0: normal scheduling)",
-            dev_rt,
-        );
     }
+    reg.register(
+        "gpuslice_slice_achieved_share_ratio",
+        "Share of the device's time charged to the slice over the window (0-1)",
+        achieved,
+    );
+    reg.register(
+        "gpuslice_slice_lease_grants",
+        "Times the slice was granted the device's lease",
+        grants,
+    );
+    reg.register(
+        "gpuslice_slice_lease_wait_seconds",
+        "Time the slice had launches waiting at the gate without the lease",
+        wait,
+    );
+    reg.register(
+        "gpuslice_slice_charged_seconds",
+        "Device time charged to the slice (lease time plus the overrun of its queued work)",
+        charged,
+    );
+    reg.register(
+        "gpuslice_slice_drain_timeouts",
+        "Lease ends whose queued work did not report completion in time",
+        drain_timeouts,
+    );
+    reg.register(
+        "gpuslice_slice_lease_strikes",
+        "Leases the slice lost for claiming demand at the gate without launching anything (hostile or broken gate)",
+        strikes_total,
+    );
+    reg.register(
+        "gpuslice_slice_scheduler_wakes",
+        "Times a usage word of the slice (demand, busy, pending) woke the device's scheduler loop",
+        loop_wakes,
+    );
+    reg.register(
+        "gpuslice_slice_lease_strikes_consecutive",
+        "Such leases in a row now (0 once the slice launches again; each doubles its back-off)",
+        strikes,
+    );
+    reg.register(
+        "gpuslice_slice_lease_backed_off",
+        "1 while the slice's demand claims are ignored (back-off after a strike), else 0",
+        backed_off,
+    );
+}
 
-    let n_slices: Gauge = Gauge::default();
-    n_slices.set(i64::try_from(slices.len()).unwrap_or(i64::MAX));
-    reg.register("gpuslice_slices", "Admitted slices", n_slices);
-
-    let mut out = String::new();
-    if prometheus_text::encode(&mut out, &reg).is_err() {
-        out.clear();
+/// The scheduler's figures per device: hand-offs, their p99, the quantum, real-time priority.
+fn register_sched_devices(reg: &mut Registry, sched: &SchedulerStatus) {
+    let dev_handoffs: Family<Labels, Counter> = Family::default();
+    let dev_p99 = gauge_family();
+    let dev_quantum = gauge_family();
+    let dev_rt = gauge_family();
+    for d in &sched.devices {
+        let dl = labels(&[("device", &d.index.to_string())]);
+        dev_handoffs.get_or_create(&dl).inc_by(d.handoffs);
+        dev_p99
+            .get_or_create(&dl)
+            .set(d.handoff_p99_ns as f64 / 1e9);
+        dev_quantum
+            .get_or_create(&dl)
+            .set(d.quantum_ns as f64 / 1e9);
+        dev_rt
+            .get_or_create(&dl)
+            .set(f64::from(d.realtime_priority));
     }
-    out.push_str(&counters);
-    out
+    reg.register(
+        "gpuslice_device_lease_handoffs",
+        "Lease grants on the device to a different slice than the previous holder",
+        dev_handoffs,
+    );
+    reg.register(
+        "gpuslice_device_lease_handoff_p99_seconds",
+        "99th percentile of recent hand-off times (device free to next holder woken)",
+        dev_p99,
+    );
+    reg.register(
+        "gpuslice_device_lease_quantum_seconds",
+        "Lease quantum",
+        dev_quantum,
+    );
+    reg.register(
+        "gpuslice_device_scheduler_realtime_priority",
+        "SCHED_FIFO priority of the device's scheduler thread (0: normal scheduling)",
+        dev_rt,
+    );
 }
 
 fn respond(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> io::Result<()> {
