@@ -119,6 +119,14 @@ pub struct Admission {
     foreign: Vec<ForeignProcess>,
 }
 
+/// Slice `id` refused for `refusal`.
+fn refused(id: &str, refusal: Refusal) -> AdmitError {
+    AdmitError::Refused {
+        id: id.to_string(),
+        refusal,
+    }
+}
+
 impl Admission {
     /// An empty node with `devices`.
     pub fn new(devices: Vec<DeviceInfo>, policy: Policy) -> Self {
@@ -365,10 +373,7 @@ impl Admission {
         model: Option<&str>,
         holdings: &dyn Holdings,
     ) -> Result<Vec<usize>, AdmitError> {
-        let refused = |refusal| AdmitError::Refused {
-            id: id.to_string(),
-            refusal,
-        };
+        let refused = |refusal| refused(id, refusal);
         let mut positions = Vec::with_capacity(list.len());
         for r in list {
             let pos = self
@@ -399,10 +404,7 @@ impl Admission {
         model: Option<&str>,
         holdings: &dyn Holdings,
     ) -> Result<Vec<usize>, AdmitError> {
-        let refused = |refusal| AdmitError::Refused {
-            id: id.to_string(),
-            refusal,
-        };
+        let refused = |refusal| refused(id, refusal);
         let n = n as usize;
         let mut fits = Vec::new();
         let mut misses = Vec::new();
@@ -473,10 +475,7 @@ impl Admission {
                 Err(AdmitError::Conflict(id.to_string()))
             };
         }
-        let refused = |refusal| AdmitError::Refused {
-            id: id.to_string(),
-            refusal,
-        };
+        let refused = |refusal| refused(id, refusal);
         if self.devices.is_empty() {
             return Err(refused(Refusal::NoDevices));
         }
