@@ -11,6 +11,8 @@
     clippy::cast_sign_loss,
     clippy::cast_lossless
 )]
+// Functions with one job each: none over 100 lines (clippy.toml); a new one fails the lint.
+#![warn(clippy::too_many_lines)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -82,24 +84,7 @@ fn run(cli: Cli) -> Result<()> {
         config.state_dir = dir;
     }
     // Before NVML or any thread: capabilities are per thread (docs/privileges.md).
-    let keep = gpuslice_arbiter::privileges::keep_for(&config);
-    match gpuslice_privileges::restrict_to(&keep).context("dropping capabilities")? {
-        gpuslice_privileges::Restricted::NotRoot => {
-            tracing::debug!("not root: capabilities left as they are")
-        }
-        gpuslice_privileges::Restricted::Dropped { kept, missing } => {
-            tracing::debug!(
-                "capabilities kept: {}; no_new_privs set",
-                gpuslice_privileges::names(&kept)
-            );
-            if !missing.is_empty() {
-                tracing::warn!(
-                    "capabilities wanted but not held: {}",
-                    gpuslice_privileges::names(&missing)
-                );
-            }
-        }
-    }
+    drop_capabilities(&config)?;
     // GPUSLICE_NVML_LIBRARY, the config's nvml_library, or NVML found through the loader cache
     // under GPUSLICE_DRIVER_ROOT (the node's / in a Kubernetes Pod, docs/kubernetes.md).
     config.nvml_library = gpuslice_cdi::driver_root::nvml_library(config.nvml_library.as_deref())?;
@@ -179,9 +164,40 @@ fn run(cli: Cli) -> Result<()> {
         gpuslice_arbiter::reclaim::ReclaimConfig::new(&config.state_dir),
     )
     .context("starting the reclaim loop")?;
+    spawn_backstop(&state, &config);
+    spawn_metrics(&state, &config);
+    serve(listener, state)?;
+    Ok(())
+}
+
+/// Keeps only the capabilities the configuration needs, and sets no_new_privs.
+fn drop_capabilities(config: &Config) -> Result<()> {
+    let keep = gpuslice_arbiter::privileges::keep_for(config);
+    match gpuslice_privileges::restrict_to(&keep).context("dropping capabilities")? {
+        gpuslice_privileges::Restricted::NotRoot => {
+            tracing::debug!("not root: capabilities left as they are")
+        }
+        gpuslice_privileges::Restricted::Dropped { kept, missing } => {
+            tracing::debug!(
+                "capabilities kept: {}; no_new_privs set",
+                gpuslice_privileges::names(&kept)
+            );
+            if !missing.is_empty() {
+                tracing::warn!(
+                    "capabilities wanted but not held: {}",
+                    gpuslice_privileges::names(&missing)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The backstop's loop, when enabled; a failure to start it is logged, not fatal.
+fn spawn_backstop(state: &Arc<Mutex<State>>, config: &Config) {
     if config.backstop.enabled {
         match gpuslice_arbiter::backstop::spawn(
-            Arc::clone(&state),
+            Arc::clone(state),
             config.backstop.clone(),
             config.nvml_library.as_deref(),
             &config.state_dir,
@@ -195,9 +211,13 @@ fn run(cli: Cli) -> Result<()> {
             Err(e) => tracing::error!("backstop disabled: {e}"),
         }
     }
+}
+
+/// The metrics endpoint, when enabled: a taken port is logged, not fatal.
+fn spawn_metrics(state: &Arc<Mutex<State>>, config: &Config) {
     if config.metrics.enabled {
         let src = gpuslice_arbiter::metrics::Sources {
-            state: Arc::clone(&state),
+            state: Arc::clone(state),
             state_dir: config.state_dir.clone(),
             sched: state
                 .lock()
@@ -215,8 +235,6 @@ fn run(cli: Cli) -> Result<()> {
             ),
         }
     }
-    serve(listener, state)?;
-    Ok(())
 }
 
 /// Each device's context footprint: a probe context now, else the saved or assumed figure

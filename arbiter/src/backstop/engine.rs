@@ -143,6 +143,10 @@ impl Attribution {
     }
 }
 
+/// One device as a tick read it: its NVML processes, and the device time (ns) each pid ran
+/// since the last tick.
+type DeviceReading = (u32, Vec<GpuProcess>, Vec<(u32, u64)>);
+
 /// One violation found in a tick, before it is acted on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Violation {
@@ -520,15 +524,13 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
         self.tick_with(slices, || sched.cloned())
     }
 
-    /// [`Self::tick`], reading the scheduler's status with `sched` only after NVML: the charged
-    /// time then never lags the device time it is compared with (a thread preempted between
-    /// the two reads would otherwise see device time the scheduler charges a moment later).
-    pub fn tick_with(
+    /// Every device's NVML process list (the foreign-process check reads them all), then, for
+    /// the devices slices use, their processes and the device time each ran since last time.
+    fn read_devices(
         &mut self,
         slices: &[SliceStatus],
-        sched: impl FnOnce() -> Option<SchedulerStatus>,
-    ) -> Vec<BackstopEvent> {
-        let members = self.membership(slices);
+        members: &[Membership],
+    ) -> Vec<DeviceReading> {
         let mut devices: Vec<u32> = slices
             .iter()
             .flat_map(|s| s.devices.iter().map(|d| d.index))
@@ -545,7 +547,7 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
                 Err(e) => tracing::debug!("backstop: NVML processes of device {dev}: {e}"),
             }
         }
-        self.foreign = self.find_foreign(&listed, &members);
+        self.foreign = self.find_foreign(&listed, members);
         let mut seen = Vec::with_capacity(devices.len());
         for dev in devices {
             let procs = listed
@@ -562,6 +564,184 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
             };
             seen.push((dev, procs, busy));
         }
+        seen
+    }
+
+    /// A slice over its cap plus the context allowance on `dev`: a violation naming its
+    /// largest processes, until what is left fits.
+    fn judge_memory(
+        &mut self,
+        dev: u32,
+        procs: &[GpuProcess],
+        members: &[Membership],
+        slices: &[SliceStatus],
+        found: &mut Vec<Violation>,
+        over: &mut HashSet<(String, u32, &'static str)>,
+    ) {
+        let mut by_slice: BTreeMap<usize, Vec<(u32, u64, u64)>> = BTreeMap::new();
+        for p in procs {
+            if let Some((i, start)) = self.attribute(p.pid, members, slices) {
+                by_slice
+                    .entry(i)
+                    .or_default()
+                    .push((p.pid, start, p.used.unwrap_or(0)));
+            }
+        }
+        for (&i, list) in &by_slice {
+            let s = &slices[i];
+            let learned = self.learn(s, dev, list);
+            self.footprints.extend(learned.iter().cloned());
+            let Some(cap) = s
+                .devices
+                .iter()
+                .find(|d| d.index == dev)
+                .and_then(|d| d.memory_cap.or(d.memory_best_effort))
+            else {
+                continue; // unbounded, or not this slice's device: nothing to compare with
+            };
+            let used: u64 = list.iter().map(|p| p.2).sum();
+            // What the slice was promised, however many processes it runs: the interposer
+            // charges every context under the same bound.
+            let allowance = self.slice_allowance(dev);
+            let limit = cap.saturating_add(allowance);
+            if used <= limit {
+                continue;
+            }
+            over.insert((s.slice_id.clone(), dev, "memory"));
+            // The largest first, until what is left fits.
+            let mut sorted = list.clone();
+            sorted.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+            let mut left = used;
+            let mut targets = Vec::new();
+            for (pid, start, u) in sorted {
+                if left <= limit {
+                    break;
+                }
+                targets.push((pid, start));
+                left = left.saturating_sub(u);
+            }
+            let detail = format!(
+                "memory {} > cap {} + context allowance {}{}",
+                gib(used),
+                gib(cap),
+                gib(allowance),
+                own_footprints(&learned, &targets)
+            );
+            found.push(Violation {
+                slice: i,
+                device: dev,
+                kind: "memory",
+                targets,
+                detail,
+            });
+        }
+    }
+
+    /// A slice credited by NVML with more device time than its leases over the last checks,
+    /// beyond NVML's sampling error: a violation naming the processes that ran.
+    #[allow(clippy::too_many_arguments)] // the tick's own state, passed down whole
+    fn judge_lease(
+        &mut self,
+        dev: u32,
+        busy: Vec<(u32, u64)>,
+        sched: &SchedulerStatus,
+        members: &[Membership],
+        slices: &[SliceStatus],
+        found: &mut Vec<Violation>,
+        over: &mut HashSet<(String, u32, &'static str)>,
+    ) {
+        let tick = self.ticks;
+        let first = self.queried.insert(dev, tick) != Some(tick - 1);
+        if first {
+            // Re-baselined: every slice's ring starts over with this tick's charged time.
+            self.lease.retain(|k, _| k.1 != dev);
+        }
+        let mut ran: BTreeMap<usize, (u64, Vec<(u32, u64)>)> = BTreeMap::new();
+        for (pid, ns) in busy {
+            if ns == 0 {
+                continue;
+            }
+            if let Some((i, start)) = self.attribute(pid, members, slices) {
+                let e = ran.entry(i).or_default();
+                e.0 += ns;
+                e.1.push((pid, start));
+            }
+        }
+        for (i, s) in slices.iter().enumerate() {
+            if !s.devices.iter().any(|d| d.index == dev) {
+                continue;
+            }
+            let Some(share) = sched.slice(dev, &s.slice_id) else {
+                continue;
+            };
+            let key = (s.slice_id.clone(), dev);
+            let (ran_ns, pids) = ran.remove(&i).unwrap_or_default();
+            let entry = self
+                .lease
+                .entry(key)
+                .or_insert_with(|| (share.charged_ns, VecDeque::new()));
+            let charged = share.charged_ns.saturating_sub(entry.0);
+            entry.0 = share.charged_ns;
+            if first {
+                continue;
+            }
+            entry.1.push_back((ran_ns, charged));
+            let ticks = lease_ticks(self.cfg.period);
+            while entry.1.len() > ticks {
+                entry.1.pop_front();
+            }
+            let span = self
+                .cfg
+                .period
+                .saturating_mul(crate::convert::usize_to_u32(entry.1.len()));
+            let (ran_sum, charged_sum) = entry
+                .1
+                .iter()
+                .fold((0u64, 0u64), |a, &(r, c)| (a.0 + r, a.1 + c));
+            let excess = i64::try_from(ran_sum).unwrap_or(i64::MAX)
+                - i64::try_from(charged_sum).unwrap_or(i64::MAX);
+            tracing::debug!(
+                "backstop: slice {} device {dev}: ran {} µs, charged {} µs, excess over the \
+                 last {} checks {} µs (pids {pids:?})",
+                s.slice_id,
+                ran_ns / 1000,
+                charged / 1000,
+                entry.1.len(),
+                excess / 1000,
+            );
+            let tol = lease_threshold(self.cfg.lease_tolerance, span, charged_sum);
+            // The holder's time is charged when the scheduler next decides (or, for its last
+            // kernels, when its drain is reported): while it holds the lease its excess may
+            // be charging lag, judged once it no longer holds it.
+            if excess > tol && !pids.is_empty() && !share.holding {
+                over.insert((s.slice_id.clone(), dev, "lease"));
+                found.push(Violation {
+                    slice: i,
+                    device: dev,
+                    kind: "lease",
+                    targets: pids,
+                    detail: format!(
+                        "NVML credited it {} ms of device time beyond its lease over the \
+                         last {} ms (allowed {} ms for NVML's sampling)",
+                        excess / 1_000_000,
+                        span.as_millis(),
+                        tol / 1_000_000
+                    ),
+                });
+            }
+        }
+    }
+
+    /// [`Self::tick`], reading the scheduler's status with `sched` only after NVML: the charged
+    /// time then never lags the device time it is compared with (a thread preempted between
+    /// the two reads would otherwise see device time the scheduler charges a moment later).
+    pub fn tick_with(
+        &mut self,
+        slices: &[SliceStatus],
+        sched: impl FnOnce() -> Option<SchedulerStatus>,
+    ) -> Vec<BackstopEvent> {
+        let members = self.membership(slices);
+        let seen = self.read_devices(slices, &members);
         let sched = sched();
         let sched = sched.as_ref();
         self.ticks += 1;
@@ -576,145 +756,9 @@ impl<G: GpuSource, H: Host> Backstop<G, H> {
         let mut over: HashSet<(String, u32, &'static str)> = HashSet::new();
         self.footprints.clear();
         for (dev, procs, busy) in seen {
-            // Memory.
-            let mut by_slice: BTreeMap<usize, Vec<(u32, u64, u64)>> = BTreeMap::new();
-            for p in &procs {
-                if let Some((i, start)) = self.attribute(p.pid, &members, slices) {
-                    by_slice
-                        .entry(i)
-                        .or_default()
-                        .push((p.pid, start, p.used.unwrap_or(0)));
-                }
-            }
-            for (&i, list) in &by_slice {
-                let s = &slices[i];
-                let learned = self.learn(s, dev, list);
-                self.footprints.extend(learned.iter().cloned());
-                let Some(cap) = s
-                    .devices
-                    .iter()
-                    .find(|d| d.index == dev)
-                    .and_then(|d| d.memory_cap.or(d.memory_best_effort))
-                else {
-                    continue; // unbounded, or not this slice's device: nothing to compare with
-                };
-                let used: u64 = list.iter().map(|p| p.2).sum();
-                // What the slice was promised, however many processes it runs: the interposer
-                // charges every context under the same bound.
-                let allowance = self.slice_allowance(dev);
-                let limit = cap.saturating_add(allowance);
-                if used <= limit {
-                    continue;
-                }
-                over.insert((s.slice_id.clone(), dev, "memory"));
-                // The largest first, until what is left fits.
-                let mut sorted = list.clone();
-                sorted.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
-                let mut left = used;
-                let mut targets = Vec::new();
-                for (pid, start, u) in sorted {
-                    if left <= limit {
-                        break;
-                    }
-                    targets.push((pid, start));
-                    left = left.saturating_sub(u);
-                }
-                let detail = format!(
-                    "memory {} > cap {} + context allowance {}{}",
-                    gib(used),
-                    gib(cap),
-                    gib(allowance),
-                    own_footprints(&learned, &targets)
-                );
-                found.push(Violation {
-                    slice: i,
-                    device: dev,
-                    kind: "memory",
-                    targets,
-                    detail,
-                });
-            }
-            // Lease.
-            let Some(sched) = sched else { continue };
-            let tick = self.ticks;
-            let first = self.queried.insert(dev, tick) != Some(tick - 1);
-            if first {
-                // Re-baselined: every slice's ring starts over with this tick's charged time.
-                self.lease.retain(|k, _| k.1 != dev);
-            }
-            let mut ran: BTreeMap<usize, (u64, Vec<(u32, u64)>)> = BTreeMap::new();
-            for (pid, ns) in busy {
-                if ns == 0 {
-                    continue;
-                }
-                if let Some((i, start)) = self.attribute(pid, &members, slices) {
-                    let e = ran.entry(i).or_default();
-                    e.0 += ns;
-                    e.1.push((pid, start));
-                }
-            }
-            for (i, s) in slices.iter().enumerate() {
-                if !s.devices.iter().any(|d| d.index == dev) {
-                    continue;
-                }
-                let Some(share) = sched.slice(dev, &s.slice_id) else {
-                    continue;
-                };
-                let key = (s.slice_id.clone(), dev);
-                let (ran_ns, pids) = ran.remove(&i).unwrap_or_default();
-                let entry = self
-                    .lease
-                    .entry(key)
-                    .or_insert_with(|| (share.charged_ns, VecDeque::new()));
-                let charged = share.charged_ns.saturating_sub(entry.0);
-                entry.0 = share.charged_ns;
-                if first {
-                    continue;
-                }
-                entry.1.push_back((ran_ns, charged));
-                let ticks = lease_ticks(self.cfg.period);
-                while entry.1.len() > ticks {
-                    entry.1.pop_front();
-                }
-                let span = self
-                    .cfg
-                    .period
-                    .saturating_mul(crate::convert::usize_to_u32(entry.1.len()));
-                let (ran_sum, charged_sum) = entry
-                    .1
-                    .iter()
-                    .fold((0u64, 0u64), |a, &(r, c)| (a.0 + r, a.1 + c));
-                let excess = i64::try_from(ran_sum).unwrap_or(i64::MAX)
-                    - i64::try_from(charged_sum).unwrap_or(i64::MAX);
-                tracing::debug!(
-                    "backstop: slice {} device {dev}: ran {} µs, charged {} µs, excess over the \
-                     last {} checks {} µs (pids {pids:?})",
-                    s.slice_id,
-                    ran_ns / 1000,
-                    charged / 1000,
-                    entry.1.len(),
-                    excess / 1000,
-                );
-                let tol = lease_threshold(self.cfg.lease_tolerance, span, charged_sum);
-                // The holder's time is charged when the scheduler next decides (or, for its last
-                // kernels, when its drain is reported): while it holds the lease its excess may
-                // be charging lag, judged once it no longer holds it.
-                if excess > tol && !pids.is_empty() && !share.holding {
-                    over.insert((s.slice_id.clone(), dev, "lease"));
-                    found.push(Violation {
-                        slice: i,
-                        device: dev,
-                        kind: "lease",
-                        targets: pids,
-                        detail: format!(
-                            "NVML credited it {} ms of device time beyond its lease over the \
-                             last {} ms (allowed {} ms for NVML's sampling)",
-                            excess / 1_000_000,
-                            span.as_millis(),
-                            tol / 1_000_000
-                        ),
-                    });
-                }
+            self.judge_memory(dev, &procs, &members, slices, &mut found, &mut over);
+            if let Some(sched) = sched {
+                self.judge_lease(dev, busy, sched, &members, slices, &mut found, &mut over);
             }
         }
         // Episodes that ended may be acted on again next time.

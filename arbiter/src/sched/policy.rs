@@ -484,6 +484,19 @@ impl Policy {
         q
     }
 
+    /// Moves the virtual clock up to the busy slice furthest behind (the holder `me` when
+    /// alone), so a slice that starts waiting during a long hold starts level with it (no
+    /// credit for having been idle). Not the holder's own virtual time: a light slice (best
+    /// effort, weight 1 bp) charged one lease jumps far ahead, and slices coming back from idle
+    /// must not be lifted up to it (they would then tie with it and lose their weights).
+    fn follow_behind(&mut self, me: usize) {
+        let behind = (0..self.slices.len())
+            .filter(|&i| i == me || self.slices[i].obs.waiting)
+            .map(|i| self.slices[i].vtime)
+            .fold(f64::INFINITY, f64::min);
+        self.vclock = self.vclock.max(behind);
+    }
+
     /// The decision at `now`.
     pub fn decide(&mut self, now: u64) -> Decision {
         self.quiet_revoke = false;
@@ -504,16 +517,7 @@ impl Policy {
                 h.charged_to = now.max(h.charged_to);
             }
         }
-        // The virtual clock follows the busy slice furthest behind (the holder when alone), so
-        // a slice that starts waiting during a long hold starts level with it (no credit for
-        // having been idle). Not the holder's own virtual time: a light slice (best effort,
-        // weight 1 bp) charged one lease jumps far ahead, and slices coming back from idle
-        // must not be lifted up to it (they would then tie with it and lose their weights).
-        let behind = (0..self.slices.len())
-            .filter(|&i| i == me || self.slices[i].obs.waiting)
-            .map(|i| self.slices[i].vtime)
-            .fold(f64::INFINITY, f64::min);
-        self.vclock = self.vclock.max(behind);
+        self.follow_behind(me);
         let others = self.waiting_eligible(now, Some(me));
         // A capped slice waiting for its bucket: the loop must look again when it refills
         // (else a lone uncapped holder keeps the device to its next 100 ms check).
