@@ -149,9 +149,12 @@ pub struct ContainerdLive<'a> {
     pub path: Option<&'a OsStr>,
 }
 
+/// The containerd daemon's row.
+const CONTAINERD: &str = "containerd-daemon";
+
 /// The running containerd; `None` when containerd is not on this node.
 pub fn containerd(c: &ContainerdLive<'_>) -> Option<Check> {
-    const NAME: &str = "containerd-daemon";
+    const NAME: &str = CONTAINERD;
     let binary = which("containerd", c.path);
     if !c.address.exists() {
         if binary.is_none() && !c.config.exists() {
@@ -231,42 +234,65 @@ pub fn containerd(c: &ContainerdLive<'_>) -> Option<Check> {
         Some(p) => format!("containerd pid {p} at {}: CRI loaded", c.address.display()),
         None => format!("containerd at {}: CRI loaded", c.address.display()),
     };
-    if let (Some(bin), true) = (&binary, c.config.exists()) {
-        match run(Command::new(bin)
-            .arg("--config")
-            .arg(c.config)
-            .args(["config", "dump"]))
-        {
-            Ok(o) if o.status.success() => {
-                let dump = String::from_utf8_lossy(&o.stdout);
-                if !dump.contains(".containerd.runtimes.gpuslice]") {
-                    return Some(Check::bad(
-                        NAME,
-                        Level::Fail,
-                        format!(
-                            "containerd's own merge of {} and its imports has no `gpuslice` runtime class",
-                            c.config.display()
-                        ),
-                        restart_fix,
-                    ));
-                }
-                detail.push_str(", class `gpuslice` in its merged config");
-            }
-            Ok(o) => {
+    if let Some(bad) = merged_config(c, binary.as_deref(), &mut detail, &restart_fix) {
+        return Some(bad);
+    }
+    if let Some(bad) = stale_daemon(c, pid, &detail) {
+        return Some(bad);
+    }
+    Some(Check::ok(NAME, detail))
+}
+
+/// containerd's own merge of its config and imports (`containerd config dump`) holds the
+/// `gpuslice` class; what it found goes into `detail`.
+fn merged_config(
+    c: &ContainerdLive<'_>,
+    binary: Option<&Path>,
+    detail: &mut String,
+    restart_fix: &str,
+) -> Option<Check> {
+    let (Some(bin), true) = (binary, c.config.exists()) else {
+        return None;
+    };
+    match run(Command::new(bin)
+        .arg("--config")
+        .arg(c.config)
+        .args(["config", "dump"]))
+    {
+        Ok(o) if o.status.success() => {
+            let dump = String::from_utf8_lossy(&o.stdout);
+            if !dump.contains(".containerd.runtimes.gpuslice]") {
                 return Some(Check::bad(
-                    NAME,
+                    CONTAINERD,
                     Level::Fail,
                     format!(
-                        "containerd cannot load {}: {}",
-                        c.config.display(),
-                        first_line(&o.stderr)
+                        "containerd's own merge of {} and its imports has no `gpuslice` runtime class",
+                        c.config.display()
                     ),
-                    restart_fix,
-                ))
+                    restart_fix.to_string(),
+                ));
             }
-            Err(e) => detail.push_str(&format!(" (config not merged: {e})")),
+            detail.push_str(", class `gpuslice` in its merged config");
         }
+        Ok(o) => {
+            return Some(Check::bad(
+                CONTAINERD,
+                Level::Fail,
+                format!(
+                    "containerd cannot load {}: {}",
+                    c.config.display(),
+                    first_line(&o.stderr)
+                ),
+                restart_fix.to_string(),
+            ))
+        }
+        Err(e) => detail.push_str(&format!(" (config not merged: {e})")),
     }
+    None
+}
+
+/// A config file changed after the running containerd started: it has not loaded it.
+fn stale_daemon(c: &ContainerdLive<'_>, pid: Option<i32>, detail: &str) -> Option<Check> {
     if let Some(start) = pid.and_then(started_at) {
         // The start time is known to about a second (the boot time is in whole seconds).
         let after = start + START_SLACK;
@@ -277,17 +303,17 @@ pub fn containerd(c: &ContainerdLive<'_>) -> Option<Check> {
         });
         if let Some(f) = newer {
             return Some(Check::bad(
-                NAME,
-                Level::Warn,
-                format!(
-                    "{detail}; but {} changed after containerd started: the running daemon has not loaded it",
-                    f.display()
-                ),
-                "systemctl restart containerd",
-            ));
+            CONTAINERD,
+            Level::Warn,
+            format!(
+                "{detail}; but {} changed after containerd started: the running daemon has not loaded it",
+                f.display()
+            ),
+            "systemctl restart containerd",
+        ));
         }
     }
-    Some(Check::ok(NAME, detail))
+    None
 }
 
 /// The socket path of a `unix://` Docker host.
