@@ -88,7 +88,7 @@ pub fn archive_uri(deb822: &[String], one_line: &str) -> Option<String> {
 }
 
 /// The host's archive URI, read from `/etc/apt` now.
-fn host_archive_uri() -> Result<String> {
+pub fn host_archive_uri() -> Result<String> {
     let mut deb822 = Vec::new();
     for e in std::fs::read_dir("/etc/apt/sources.list.d")
         .into_iter()
@@ -116,10 +116,17 @@ fn host(cmd: &mut Command, limit: Duration) -> Result<Output> {
     Ok(o)
 }
 
-/// The cached clean root, built when missing (debootstrap installed on the host first if
-/// needed). Returns its path; prints how long a cold build took.
-pub fn ensure_chroot() -> Result<PathBuf> {
-    let cache = paths::engine_prefix().join(CHROOT_KEY);
+/// A `debootstrap --variant=minbase` root of `suite` from the host's own archive, cached under
+/// the engines' prefix at `key` and built when missing (debootstrap installed on the host first
+/// if needed); `finish` runs on the new root before it is marked complete. `label` names the
+/// caller in the line that says how long a cold build took.
+pub fn debootstrap_root(
+    key: &str,
+    suite: &str,
+    label: &str,
+    finish: impl FnOnce(&Path) -> Result<()>,
+) -> Result<PathBuf> {
+    let cache = paths::engine_prefix().join(key);
     if cache.join(".complete").exists() {
         return Ok(cache);
     }
@@ -145,38 +152,47 @@ pub fn ensure_chroot() -> Result<PathBuf> {
     std::fs::create_dir_all(cache.parent().context("cache has a parent")?)?;
     host(
         Command::new("debootstrap")
-            .args(["--variant=minbase", SUITE])
+            .args(["--variant=minbase", suite])
             .arg(&partial)
             .arg(&uri),
         Duration::from_secs(900),
     )
-    .context("debootstrap")?;
-    // Lists and runc's packages (with their own Recommends, as apt installs them) in the
-    // cache, debootstrap's own archives dropped: installs are then offline and copies small.
-    for args in [
-        &["apt-get", "clean"][..],
-        &["apt-get", "update", "-qq"][..],
-        &["apt-get", "install", "-y", "-qq", "--download-only", "runc"][..],
-    ] {
-        host(
-            Command::new("chroot")
-                .arg(&partial)
-                .args(args)
-                .env_clear()
-                .env("PATH", PATH)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            Duration::from_secs(300),
-        )
-        .with_context(|| format!("{args:?} in the new root"))?;
-    }
-    std::fs::write(partial.join(".complete"), format!("{CHROOT_KEY}\n"))?;
+    .with_context(|| format!("debootstrap {suite}"))?;
+    finish(&partial)?;
+    std::fs::write(partial.join(".complete"), format!("{key}\n"))?;
     std::fs::rename(&partial, &cache)?;
     eprintln!(
-        "package: built the clean root {} in {:.0}s (cold debootstrap)",
+        "{label}: built {} in {:.0}s (cold debootstrap)",
         cache.display(),
         t.elapsed().as_secs_f64()
     );
     Ok(cache)
+}
+
+/// The cached clean root ([`SUITE`], with runc's packages downloaded into its apt cache).
+/// Returns its path; prints how long a cold build took.
+pub fn ensure_chroot() -> Result<PathBuf> {
+    debootstrap_root(CHROOT_KEY, SUITE, "package", |root| {
+        // Lists and runc's packages (with their own Recommends, as apt installs them) in the
+        // cache, debootstrap's own archives dropped: installs are then offline and copies small.
+        for args in [
+            &["apt-get", "clean"][..],
+            &["apt-get", "update", "-qq"][..],
+            &["apt-get", "install", "-y", "-qq", "--download-only", "runc"][..],
+        ] {
+            host(
+                Command::new("chroot")
+                    .arg(root)
+                    .args(args)
+                    .env_clear()
+                    .env("PATH", PATH)
+                    .env("DEBIAN_FRONTEND", "noninteractive"),
+                Duration::from_secs(300),
+            )
+            .with_context(|| format!("{args:?} in the new root"))?;
+        }
+        Ok(())
+    })
 }
 
 /// A copy of the clean root for one test.

@@ -21,87 +21,35 @@
 
 use anyhow::{ensure, Context, Result};
 use gpuslice_e2e::gate::{require, Need};
-use gpuslice_e2e::package::archive_uri;
-use gpuslice_e2e::procs::run_ok;
+use gpuslice_e2e::package::debootstrap_root;
 use gpuslice_e2e::runc::{make_bundle, run_bundle, Spec};
 use gpuslice_e2e::sim::{Bind, CONTAINER_STATE_DIR};
 use gpuslice_e2e::suite::{assert_one_gib_slice, assert_whole_device, info_and_fill, Node};
 use gpuslice_e2e::{image::WORKLOAD, paths};
 use gpuslice_oci::elf_versions::{version_needs, GlibcVersion};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Cache key of the old root: suite, variant, recipe version.
 const KEY: &str = "rootfs-bullseye-minbase-v1";
 /// The old suite and its glibc.
 const SUITE: &str = "bullseye";
 const GLIBC: GlibcVersion = GlibcVersion(2, 31);
-/// Installed with apt when missing.
-const DEBOOTSTRAP: &str = "/usr/sbin/debootstrap";
-
-/// The host archive's URI (its bookworm source), as the package tests find it.
-fn host_archive() -> Result<String> {
-    let mut deb822 = Vec::new();
-    for e in std::fs::read_dir("/etc/apt/sources.list.d")?.flatten() {
-        if e.path().extension().is_some_and(|x| x == "sources") {
-            deb822.push(std::fs::read_to_string(e.path())?);
-        }
-    }
-    let one = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
-    archive_uri(&deb822, &one).context("no Debian archive in /etc/apt")
-}
 
 /// The cached bullseye root, built when missing.
 fn old_root() -> Result<PathBuf> {
-    let cache = paths::engine_prefix().join(KEY);
-    if cache.join(".complete").exists() {
-        return Ok(cache);
-    }
-    let t = Instant::now();
-    if !Path::new(DEBOOTSTRAP).exists() {
-        run_ok(
-            Command::new("apt-get")
-                .args([
-                    "install",
-                    "-y",
-                    "-qq",
-                    "--no-install-recommends",
-                    "debootstrap",
-                ])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-            Duration::from_secs(300),
-        )
-        .context("installing debootstrap")?;
-    }
-    let partial = cache.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&partial);
-    std::fs::create_dir_all(paths::engine_prefix())?;
-    run_ok(
-        Command::new("debootstrap")
-            .args(["--variant=minbase", SUITE])
-            .arg(&partial)
-            .arg(host_archive()?),
-        Duration::from_secs(900),
-    )
-    .context("debootstrap bullseye")?;
-    // Only what a container run needs: no documentation, locales or package caches.
-    for d in [
-        "usr/share/doc",
-        "usr/share/locale",
-        "usr/share/man",
-        "var/cache/apt",
-    ] {
-        let _ = std::fs::remove_dir_all(partial.join(d));
-    }
-    std::fs::write(partial.join(".complete"), format!("{KEY}\n"))?;
-    std::fs::rename(&partial, &cache)?;
-    eprintln!(
-        "old_glibc: built {} in {:.0} s",
-        cache.display(),
-        t.elapsed().as_secs_f64()
-    );
-    Ok(cache)
+    debootstrap_root(KEY, SUITE, "old_glibc", |root| {
+        // Only what a container run needs: no documentation, locales or package caches.
+        for d in [
+            "usr/share/doc",
+            "usr/share/locale",
+            "usr/share/man",
+            "var/cache/apt",
+        ] {
+            let _ = std::fs::remove_dir_all(root.join(d));
+        }
+        Ok(())
+    })
 }
 
 /// A bundle of the old root plus the dist workload and the simulator's mount points.
