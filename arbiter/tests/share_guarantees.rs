@@ -159,13 +159,16 @@ fn a_saturating_high_priority_slice_leaves_the_others_their_guarantees() {
 /// is owed to a tenant that asks for more than it, whatever its queue depth, and the device
 /// must not idle between them (issue 36: 26/67 before, 33.8/66.2 charged).
 ///
-/// What a depth-1 tenant leaves idle on its own (its host round trip between a kernel's end
-/// and its next launch: 9–13 % for a debug build on this 2-core host) no scheduler can fill
-/// without running the other tenant beside it; so the device is held to its twin's figure
-/// less the hand-offs' cost (4 points: 5–6 before the fix, 0–3.4 after), a's share to the
-/// issue's ± 2 points of what the scheduler charged (33.8 % before the fix), and to ± 5 of
-/// what ran (this host's noise: 27.6–34.8 % over 12 runs while the hand-off was being
-/// changed, 34.1 % in a run whose twin alone got 72 %).
+/// The device must be at least 95 % busy. What a depth-1 tenant leaves idle on its own (its
+/// host round trip between a kernel's end and its next launch) no exclusive lease can fill, so
+/// when the host is too loaded for one tenant alone to reach 97 % (the twin), the pair is held
+/// to the twin less 2 points instead. On the real driver that round trip is µs; the simulator
+/// models the driver's spin wait (`tests/sim/cuda/src/wait.rs`): before it, one tenant alone
+/// got 84–91 % here and the pair 87–90 %.
+///
+/// a's share: the issue's ± 2 points of what the scheduler charged, and ± 3 of the device time
+/// that ran (the simulator's ground truth over a 3 s window: 28.4–31.5 % in 14 debug runs at
+/// load 5, the time-sliced engine 1–1.5 points above the charge, not explained yet).
 #[test]
 fn two_depth_one_tenants_get_30_70_and_keep_the_device_busy() {
     let _one = SERIAL
@@ -203,12 +206,14 @@ fn two_depth_one_tenants_get_30_70_and_keep_the_device_busy() {
             "{engine}: a was charged {charged:.3}"
         );
         assert!(
-            (ran - 0.30).abs() <= 0.05,
+            (ran - 0.30).abs() <= 0.03,
             "{engine}: a ran {ran:.3} of what ran"
         );
+        let floor = if twin >= 0.97 { 0.95 } else { twin - 0.02 };
         assert!(
-            busy >= twin - 0.04,
-            "{engine}: the device was busy {busy:.3}, one tenant alone {twin:.3}"
+            busy >= floor,
+            "{engine}: the device was busy {busy:.3} (at least {floor:.3}: one tenant alone \
+             got {twin:.3})"
         );
     }
 }

@@ -96,6 +96,7 @@ impl Drop for Shm {
 /// Waits on a shared (non-private) futex while `*word == expected`, for at most `timeout_ns`.
 /// Spurious returns are fine: every caller re-checks its condition.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ns: u64) {
+    crate::clock::precise_timers();
     let ts = libc::timespec {
         tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
         tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_float, c_uint};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
 
 use gpuslice_cuda_abi::exec::*;
 use gpuslice_cuda_abi::result::*;
@@ -17,7 +17,7 @@ use gpuslice_cuda_abi::types::*;
 use crate::context;
 use crate::device::rc;
 use crate::graph::CapturedAt;
-use crate::stream::{self, Op};
+use crate::stream::{self, Op, Stream};
 
 /// Base of event handles.
 const EVENT_HANDLE_BASE: usize = 0x0e7e_0000_0000;
@@ -32,6 +32,9 @@ struct State {
     time_ns: u64,
     /// Where the latest record was captured, if it was recorded into a capturing stream.
     captured: Option<CapturedAt>,
+    /// The stream whose worker completes record `on.1`, as its item `on.2` (`wait`: its
+    /// waiters spin near the end).
+    on: Option<(Weak<Stream>, u64, u64)>,
 }
 
 /// One event.
@@ -42,6 +45,8 @@ pub(crate) struct Event {
     pub(crate) device: CUdevice,
     st: Mutex<State>,
     cv: Condvar,
+    /// `State::done`, readable without the lock by spinning waiters.
+    done: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,6 +73,7 @@ impl Event {
         if gen > st.done {
             st.done = gen;
             st.time_ns = t_ns;
+            self.done.store(gen, Ordering::Release);
         }
         drop(st);
         self.cv.notify_all();
@@ -75,10 +81,34 @@ impl Event {
 
     /// Blocks until record `gen` has completed.
     pub(crate) fn wait_gen(&self, gen: u64) {
+        if let Some((s, item)) = self.spinning_stream(gen) {
+            let since = s.completed();
+            s.expect
+                .wait(since, item, || self.done.load(Ordering::Acquire) >= gen);
+            return;
+        }
         let mut st = lock(&self.st);
         while st.done < gen {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    /// Record `gen` is completed by stream `s`'s worker, as its item `item`.
+    pub(crate) fn set_stream(&self, s: &Arc<Stream>, gen: u64, item: u64) {
+        lock(&self.st).on = Some((Arc::downgrade(s), gen, item));
+    }
+
+    /// The stream to wait on for record `gen` with the driver's spin (`wait`), when this event
+    /// and that stream's context wait actively.
+    fn spinning_stream(&self, gen: u64) -> Option<(Arc<Stream>, u64)> {
+        if self.flags & CU_EVENT_BLOCKING_SYNC != 0 {
+            return None;
+        }
+        let (s, item) = match &lock(&self.st).on {
+            Some((s, g, item)) if *g == gen => (s.upgrade()?, *item),
+            _ => return None,
+        };
+        crate::wait::spins(s.ctx.flags.load(Ordering::Relaxed)).then_some((s, item))
     }
 
     /// Remembers that the latest record happened inside a stream capture.
@@ -126,6 +156,7 @@ fn create(ph: *mut CUevent, flags: c_uint) -> Result<(), CUresult> {
         device,
         st: Mutex::new(State::default()),
         cv: Condvar::new(),
+        done: AtomicU64::new(0),
     });
     lock(&EVENTS).insert(handle, ev);
     // SAFETY: null-checked above; the caller provides a writable CUevent.
@@ -153,7 +184,10 @@ fn record(ev: CUevent, h: CUstream, flags: c_uint, ptds: bool) -> Result<(), CUr
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let gen = e.issue();
-    stream::submit(&s, Vec::new(), Op::Record(e, gen));
+    stream::submit(&s, Vec::new(), Op::Record(e.clone(), gen));
+    // Its item number (another thread submitting to the same stream at once only makes the
+    // waiters' spin start a kernel early or late).
+    e.set_stream(&s, gen, s.submitted());
     Ok(())
 }
 

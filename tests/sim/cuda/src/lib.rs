@@ -32,6 +32,7 @@ mod pool;
 mod procaddr;
 mod stream;
 mod vmm;
+mod wait;
 
 /// Every driver function the interposer wraps is exported here with the signature declared
 /// once in `gpuslice_cuda_abi::pfn` (an export that drifted from it does not compile), except

@@ -30,6 +30,7 @@ use crate::context::{self, Context};
 use crate::device::{put, rc};
 use crate::event::Event;
 use crate::graph::StreamCapture;
+use crate::wait::Expect;
 
 /// Greatest (numerically lowest) stream priority, as on Hopper.
 pub(crate) const GREATEST_PRIORITY: c_int = -5;
@@ -112,6 +113,10 @@ pub(crate) struct Stream {
     pub(crate) kind: Kind,
     q: Mutex<Queue>,
     cv: Condvar,
+    /// Items completed (the queue's count, readable without its lock by spinning waiters).
+    completed: AtomicU64,
+    /// When the running kernel ends, for waiters (`wait`).
+    pub(crate) expect: Expect,
     /// Stream capture state (see `graph`).
     pub(crate) capture: Mutex<Option<StreamCapture>>,
 }
@@ -139,6 +144,11 @@ impl Stream {
         }
     }
 
+    /// Items completed so far.
+    pub(crate) fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Acquire)
+    }
+
     /// Items enqueued so far.
     pub(crate) fn submitted(&self) -> u64 {
         lock(&self.q).submitted
@@ -152,6 +162,12 @@ impl Stream {
 
     /// Blocks until at least `n` items have completed.
     pub(crate) fn wait_completed(&self, n: u64) {
+        if crate::wait::spins(self.ctx.flags.load(Ordering::Relaxed)) {
+            let since = self.completed.load(Ordering::Acquire);
+            self.expect
+                .wait(since, n, || self.completed.load(Ordering::Acquire) >= n);
+            return;
+        }
         let mut q = lock(&self.q);
         while q.completed < n {
             q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner());
@@ -197,6 +213,8 @@ fn worker(s: Arc<Stream>) {
                 q = s.cv.wait(q).unwrap_or_else(|p| p.into_inner());
             }
         };
+        // This item's number: items complete in order.
+        let no = s.completed.load(Ordering::Relaxed) + 1;
         let mut ready = item.enqueued_ns.max(prev_end);
         if !item.deps.is_empty() {
             for d in &item.deps {
@@ -216,7 +234,12 @@ fn worker(s: Arc<Stream>) {
                 let dev = s.ctx.phys;
                 let _g = gate_enter(dev, prio);
                 let end = match crate::device::node() {
-                    Ok(node) => node.engine_execute_ready(dev, duration_ns, ready).end_ns,
+                    Ok(node) => {
+                        node.engine_execute_observed(dev, duration_ns, ready, &|end| {
+                            s.expect.publish(no, end);
+                        })
+                        .end_ns
+                    }
                     Err(_) => now_ns(),
                 };
                 prev_end = end;
@@ -235,11 +258,13 @@ fn worker(s: Arc<Stream>) {
         }
         let mut q = lock(&s.q);
         q.completed += 1;
+        s.completed.store(q.completed, Ordering::Release);
         drop(q);
         if let Some((ev, gen, t)) = reached {
             ev.complete(gen, t);
         }
         s.cv.notify_all();
+        s.expect.bump();
     }
 }
 
@@ -325,6 +350,8 @@ fn spawn(
         kind,
         q: Mutex::new(Queue::default()),
         cv: Condvar::new(),
+        completed: AtomicU64::new(0),
+        expect: Expect::default(),
         capture: Mutex::new(None),
     });
     let w = s.clone();

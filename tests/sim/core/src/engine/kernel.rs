@@ -33,7 +33,14 @@ impl Node {
 
     /// Runs the kernel of slot `s` on device `d` (the caller is its process's only submitter
     /// on `d`); blocks until it has run.
-    pub(super) fn kernel_execute(&self, d: usize, s: usize, dur: u64, ready: u64) -> KernelTiming {
+    pub(super) fn kernel_execute(
+        &self,
+        d: usize,
+        s: usize,
+        dur: u64,
+        ready: u64,
+        on_end: &dyn Fn(u64),
+    ) -> KernelTiming {
         let seq = self.shm.u64(L::sdev(s, d, L::SD_GRANT_SEQ));
         let seq0;
         let dispatched;
@@ -91,6 +98,7 @@ impl Node {
             .shm
             .u64(L::sdev(s, d, L::SD_GRANT_END))
             .load(Ordering::Acquire);
+        on_end(end);
         sleep_until(end);
         let did = {
             let _g = self.lock(L::dev(d, L::D_ENGINE_LOCK));

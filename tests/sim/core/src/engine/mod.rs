@@ -118,10 +118,26 @@ impl Node {
     /// previous kernel's end gets back-to-back execution, as on hardware, despite its own wake-up
     /// latency. `ready_ns` is clamped to now.
     pub fn engine_execute_ready(&self, dev: u32, duration_ns: u64, ready_ns: u64) -> KernelTiming {
+        self.engine_execute_observed(dev, duration_ns, ready_ns, &|_| {})
+    }
+
+    /// Like [`Node::engine_execute_ready`], telling `on_end` when the kernel is expected to end
+    /// each time the engine learns it (at its grant; on the time-sliced engine also each time a
+    /// new contender moves it), before sleeping towards it: a host thread that waits for the
+    /// kernel can then be running when it ends, as the driver's spin wait is (`sim-cuda`'s
+    /// `wait`).
+    pub fn engine_execute_observed(
+        &self,
+        dev: u32,
+        duration_ns: u64,
+        ready_ns: u64,
+        on_end: &dyn Fn(u64),
+    ) -> KernelTiming {
         let now = now_ns();
         let dur = duration_ns.min(MAX_KERNEL_NS);
         let (Ok(d), Ok(s)) = (self.check_dev(dev), self.my_slot()) else {
             // No device or no slot: nothing to contend for; still take the time.
+            on_end(now + dur);
             sleep_until(now + dur);
             return KernelTiming {
                 start_ns: now,
@@ -131,8 +147,8 @@ impl Node {
         let ready = ready_ns.clamp(1, now);
         self.queue_enter(d);
         let t = match self.cfg.engine {
-            EngineMode::Kernel => self.kernel_execute(d, s, dur, ready),
-            EngineMode::Timeslice => self.timeslice_execute(d, s, dur, ready),
+            EngineMode::Kernel => self.kernel_execute(d, s, dur, ready, on_end),
+            EngineMode::Timeslice => self.timeslice_execute(d, s, dur, ready, on_end),
         };
         self.queue_leave(d);
         t

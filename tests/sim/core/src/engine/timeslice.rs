@@ -191,6 +191,7 @@ impl Node {
         s: usize,
         dur: u64,
         ready: u64,
+        on_end: &dyn Fn(u64),
     ) -> KernelTiming {
         let seq = self.shm.u64(L::sdev(s, d, L::SD_GRANT_SEQ));
         let wake = self.shm.u32(L::dev(d, L::D_WAKE));
@@ -230,6 +231,7 @@ impl Node {
             if seq.load(Ordering::Acquire) != seq0 {
                 break;
             }
+            on_end(end);
             let now = now_ns();
             if end > now + 200_000 {
                 // Woken by every arrival (which may move our end); bounded all the same.
@@ -240,6 +242,7 @@ impl Node {
         }
         let sd = |f| self.shm.u64(L::sdev(s, d, f)).load(Ordering::Acquire);
         let (start, end) = (sd(L::SD_GRANT_START), sd(L::SD_GRANT_END));
+        on_end(end);
         sleep_until(end);
         KernelTiming {
             start_ns: start,
