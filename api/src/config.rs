@@ -115,6 +115,10 @@ pub struct SchedulerConfig {
     /// default: handed on at once like any idle holder; at most 5ms; `docs/scheduling.md`).
     #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
     pub high_linger: Duration,
+    /// Whether a `priority: high` slice past its share gets a lease every so often while the
+    /// slices it owes catch up, instead of waiting until they have (false, the default;
+    /// `docs/scheduling.md`).
+    pub high_repay_turns: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -123,6 +127,7 @@ impl Default for SchedulerConfig {
             quantum: DEFAULT_QUANTUM,
             realtime_priority: 0,
             high_linger: Duration::ZERO,
+            high_repay_turns: false,
         }
     }
 }

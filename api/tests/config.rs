@@ -228,3 +228,15 @@ fn kubernetes_device_plugin_unit_defaults_to_1gi_and_takes_whole_mib() {
         .to_string();
     assert!(e.contains("unit"), "{e}");
 }
+
+#[test]
+fn high_repay_turns_defaults_off_and_takes_only_a_boolean() {
+    assert!(!parse("").unwrap().scheduler.high_repay_turns);
+    let c = parse("[scheduler]\nhigh_repay_turns = true").unwrap();
+    assert!(c.scheduler.high_repay_turns);
+    assert_eq!(parse(&c.to_toml()).unwrap(), c);
+    let e = parse("[scheduler]\nhigh_repay_turns = \"yes\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("high_repay_turns"), "{e}");
+}

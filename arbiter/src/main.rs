@@ -137,7 +137,8 @@ fn run(cli: Cli) -> Result<()> {
             config.scheduler.quantum,
             config.scheduler.realtime_priority,
         )
-        .with_high_linger(config.scheduler.high_linger),
+        .with_high_linger(config.scheduler.high_linger)
+        .with_high_repay_turns(config.scheduler.high_repay_turns),
     );
     if let Some(f) = std::env::var_os("GPUSLICE_SCHED_STATUS_FILE") {
         gpuslice_arbiter::sched::spawn_status_file(Arc::clone(&sched), PathBuf::from(f));

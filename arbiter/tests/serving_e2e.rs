@@ -93,12 +93,15 @@ fn a_high_priority_server_keeps_its_token_latency_beside_a_trainer() {
         let (normal, _, _) = run(&n, "\"priority\":\"normal\"");
         let (high, twin, trainer) = run(&n, "\"priority\":\"high\"");
         let p = |o: &str| field(o, "itl_p99_ms");
+        let max = |o: &str| field(o, "itl_max_ms");
         eprintln!(
-            "{engine}: ITL p99 normal {:.2} ms, high {:.2} ms, twin alone {:.2} ms; trainer \
-             share {:.3}; server busy {:.3}",
+            "{engine}: ITL p99 normal {:.2} ms, high {:.2} ms, twin alone {:.2} ms; max high \
+             {:.2} ms, twin {:.2} ms; trainer share {:.3}; server busy {:.3}",
             p(&normal),
             p(&high),
             p(&twin),
+            max(&high),
+            max(&twin),
             field(&trainer, "share"),
             field(&twin, "busy_frac")
         );

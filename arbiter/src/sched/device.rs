@@ -80,6 +80,9 @@ struct SliceRt {
     pass: u32,
     /// Its wakes of the loop ([`super::wakes`]).
     wakes: WakeBudget,
+    /// Its words as the last decision saw them ([`Loop::observe`]): the loop sleeps until one
+    /// differs from these, so a change made while it decided wakes it at once.
+    seen: Reading,
 }
 
 /// The scheduler half of the lease protocol over one slice's words.
@@ -126,10 +129,18 @@ pub fn drain_timeout(quantum: u64) -> u64 {
     (quantum * 50).clamp(100_000_000, 250_000_000)
 }
 
+/// The `[scheduler]` settings a device loop's policy takes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tuning {
+    /// [`Policy::set_high_linger`].
+    pub high_linger_ns: u64,
+    /// [`Policy::set_high_repay_turns`].
+    pub high_repay_turns: bool,
+}
+
 /// Runs the loop for device `index` until [`Cmd::Stop`]; `realtime` is the `SCHED_FIFO`
-/// priority the calling thread runs at (0 = none), for the status; `high_linger_ns`:
-/// [`Policy::set_high_linger`].
-pub fn run(index: u32, quantum_ns: u64, realtime: u32, high_linger_ns: u64, ctl: Arc<Ctl>) {
+/// priority the calling thread runs at (0 = none), for the status.
+pub fn run(index: u32, quantum_ns: u64, realtime: u32, tuning: Tuning, ctl: Arc<Ctl>) {
     let mut lp = Loop {
         index,
         realtime,
@@ -139,7 +150,8 @@ pub fn run(index: u32, quantum_ns: u64, realtime: u32, high_linger_ns: u64, ctl:
         policy: {
             let mut p = Policy::new(quantum_ns);
             p.set_holds(holds());
-            p.set_high_linger(high_linger_ns);
+            p.set_high_linger(tuning.high_linger_ns);
+            p.set_high_repay_turns(tuning.high_repay_turns);
             p
         },
         rt: Vec::new(),
@@ -326,6 +338,7 @@ impl Loop {
                                     entry,
                                     pass: 0,
                                     wakes,
+                                    seen: Reading::default(),
                                 };
                             } else {
                                 self.policy.set_slice(&id, params, now);
@@ -335,6 +348,7 @@ impl Loop {
                                     entry,
                                     pass: 0,
                                     wakes: WakeBudget::default(),
+                                    seen: Reading::default(),
                                 };
                                 // Not held, gated: the slice waits for its first grant
                                 // (no pass left by an earlier arbiter).
@@ -409,6 +423,7 @@ impl Loop {
         let holder = self.policy.holder();
         for i in 0..self.rt.len() {
             let r = self.rt[i].read();
+            self.rt[i].seen = r;
             let obs = Observation {
                 // An absurd count is no thread count: written by something else, read as idle.
                 waiting: r.waiting(MAX_DEMAND),
@@ -830,10 +845,14 @@ impl Loop {
                 continue;
             }
             if let Some(s) = rt.sched() {
-                // Already-waiting slices were observed; only a change matters now.
+                // Against the value the decision saw, not a fresh read: a gate that began
+                // waiting while the loop decided (demand 0 → 1, its wake already sent) must
+                // end this sleep at once. Waiting on the fresh 1 lost that wake until the
+                // loop's next deadline — 100 ms beside a lone holder: a high-priority server's
+                // launch blocked 50–97 ms at the gate on the simulator (issue 36).
                 words.push(WaitWord {
                     addr: s.usage.demand_addr(),
-                    val: s.read().demand,
+                    val: rt.seen.demand,
                     private: false,
                 });
                 owners.push(Some(i));
@@ -854,7 +873,7 @@ impl Loop {
                     1,
                     WaitWord {
                         addr: s.usage.pending_addr(),
-                        val: s.read().pending_low(),
+                        val: rt.seen.pending_low(),
                         private: false,
                     },
                 );
@@ -869,7 +888,7 @@ impl Loop {
             if let Some(s) = rt.sched() {
                 words.push(WaitWord {
                     addr: s.usage.busy_addr(),
-                    val: s.read().busy_low(),
+                    val: rt.seen.busy_low(),
                     private: false,
                 });
                 owners.push(Some(h));
@@ -1020,15 +1039,22 @@ fn p99(v: &[u64]) -> u64 {
 /// Body of a [`Watcher`]: the words stay mapped while it runs (the loop stops and joins it
 /// before dropping any slice).
 fn watch(addrs: Vec<usize>, stop: Arc<AtomicU32>, ctl: Arc<Ctl>) {
+    // SAFETY: every `a` is a demand word of a mapping the loop keeps alive while this runs.
+    let load = |a: usize| unsafe { (*(a as *const AtomicU32)).load(Acquire) };
+    // The values last passed on to the loop. Each wait is against them, not a fresh read: a
+    // word that changed during the pause below ends the next wait at once instead of being
+    // taken as the new normal (a lost wake until the loop's next deadline).
+    let mut passed: Vec<u32> = addrs.iter().map(|&a| load(a)).collect();
+    // What changed before the first read is passed on once.
+    ctl.word.fetch_add(1, Release);
+    futex::wake_private(&ctl.word);
     while stop.load(Acquire) == 0 {
         let mut words = vec![WaitWord {
             addr: stop.as_ptr(),
             val: 0,
             private: true,
         }];
-        for &a in &addrs {
-            // SAFETY: `a` is a demand word of a mapping the loop keeps alive while this runs.
-            let val = unsafe { (*(a as *const AtomicU32)).load(Acquire) };
+        for (&a, &val) in addrs.iter().zip(&passed) {
             words.push(WaitWord {
                 addr: a as *const u32,
                 val,
@@ -1036,12 +1062,15 @@ fn watch(addrs: Vec<usize>, stop: Arc<AtomicU32>, ctl: Arc<Ctl>) {
             });
         }
         futex::wait_any(&words, None);
-        // SAFETY: as above.
-        let changed = words[1..]
-            .iter()
-            .any(|w| unsafe { (*(w.addr as *const AtomicU32)).load(Acquire) } != w.val);
-        // A wake that changed nothing (a tenant's `FUTEX_WAKE` by hand) is not passed on.
-        if changed {
+        let now: Vec<u32> = addrs.iter().map(|&a| load(a)).collect();
+        // A wake that changed nothing (a tenant's `FUTEX_WAKE` by hand) is not passed on —
+        // unless a word claims waiting threads: `demand` falls without a wake (a pass's claim
+        // leaving at its grant), so 1 → 0 → 1 reads as no change here although its 0 → 1 woke
+        // us (a server's next launch went unheard until the loop's 100 ms deadline). The
+        // pause below bounds what a tenant waking us by hand costs, as it bounds one changing
+        // its word.
+        if now != passed || now.iter().any(|&v| v != 0) {
+            passed = now;
             ctl.word.fetch_add(1, Release);
             futex::wake_private(&ctl.word);
         }

@@ -37,6 +37,7 @@ pub struct Scheduler {
     quantum_ns: u64,
     realtime_priority: u32,
     high_linger_ns: u64,
+    high_repay_turns: bool,
     devices: Mutex<BTreeMap<u32, Arc<Ctl>>>,
 }
 
@@ -63,6 +64,7 @@ impl Scheduler {
             quantum_ns: quantum.as_nanos().clamp(100_000, 1_000_000_000) as u64,
             realtime_priority,
             high_linger_ns: 0,
+            high_repay_turns: false,
             devices: Mutex::new(BTreeMap::new()),
         }
     }
@@ -72,6 +74,14 @@ impl Scheduler {
     /// after this call (call it before scheduling any slice).
     pub fn with_high_linger(mut self, linger: Duration) -> Scheduler {
         self.high_linger_ns = u64::try_from(linger.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Whether a `priority: high` slice past its share gets turns while it repays
+    /// (`scheduler.high_repay_turns`, [`policy::Policy::set_high_repay_turns`]); for device
+    /// loops started after this call.
+    pub fn with_high_repay_turns(mut self, on: bool) -> Scheduler {
+        self.high_repay_turns = on;
         self
     }
 
@@ -90,12 +100,16 @@ impl Scheduler {
             }),
         });
         let c2 = Arc::clone(&ctl);
-        let (q, rt, hl) = (self.quantum_ns, self.realtime_priority, self.high_linger_ns);
+        let (q, rt) = (self.quantum_ns, self.realtime_priority);
+        let tuning = device::Tuning {
+            high_linger_ns: self.high_linger_ns,
+            high_repay_turns: self.high_repay_turns,
+        };
         let spawned = std::thread::Builder::new()
             .name(format!("sched-gpu{index}"))
             .spawn(move || {
                 let rt = realtime::apply(rt, index);
-                device::run(index, q, rt, hl, c2)
+                device::run(index, q, rt, tuning, c2)
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start the scheduler of device {index}: {e}");

@@ -103,6 +103,9 @@ pub struct Acct {
     tokens_at: u64,
     obs: Observation,
     idle_since: Option<u64>,
+    /// Since when it has waited for the lease without holding it (`policy/priority.rs`:
+    /// turns while a high-priority slice repays a lead).
+    waiting_since: Option<u64>,
     /// Achieved-share history.
     pub window: ShareWindow,
     /// Grants received.
@@ -210,6 +213,9 @@ pub struct Policy {
     holds_on: bool,
     /// How long an idle `priority: high` holder keeps the lease ([`Policy::set_high_linger`]).
     high_linger: u64,
+    /// Whether a high-priority slice that is not favoured gets turns while it repays
+    /// ([`Policy::set_high_repay_turns`]).
+    high_repay_turns: bool,
 }
 
 impl Policy {
@@ -230,6 +236,7 @@ impl Policy {
             hold: None,
             holds_on: true,
             high_linger: 0,
+            high_repay_turns: false,
         }
     }
 
@@ -300,6 +307,7 @@ impl Policy {
             tokens_at: now,
             obs: Observation::default(),
             idle_since: None,
+            waiting_since: None,
             window: ShareWindow::default(),
             grants: 0,
             wait_ns: 0,
@@ -428,6 +436,11 @@ impl Policy {
         if s.obs.waiting && holder != Some(i) {
             s.wait_ns += dt;
         }
+        if obs.waiting && holder != Some(i) {
+            s.waiting_since.get_or_insert(now);
+        } else {
+            s.waiting_since = None;
+        }
         // A slice that was idle (neither waiting nor holding) for a quantum or more and starts
         // waiting is brought up to the virtual clock: idle time is not banked. Shorter gaps
         // (a revoked holder synchronising before its next launch) keep their place.
@@ -465,7 +478,7 @@ impl Policy {
         let high: Vec<usize> = cands
             .iter()
             .copied()
-            .filter(|&i| self.favoured(i))
+            .filter(|&i| self.favoured(i) || self.repay_turn(i, now))
             .collect();
         let pool = if high.is_empty() { cands } else { high };
         pool.into_iter()
@@ -546,7 +559,8 @@ impl Policy {
         // renewed so the next quantum's launches can be seen.
         let check_every = self.check_every(others.is_empty(), limited);
         let quantum = self.quantum;
-        let owed = self.holder_owed(me, &others);
+        let owed =
+            self.holder_owed(me, &others) && !others.iter().any(|&i| self.repay_turn(i, now));
         let Some(h) = self.holder.as_mut() else {
             // Nothing above clears the holder.
             return self.decide_free(now);
@@ -745,6 +759,7 @@ impl Policy {
         self.last_holder = Some(i);
         self.vclock = self.vclock.max(self.slices[i].vtime);
         self.slices[i].grants += 1;
+        self.slices[i].waiting_since = None;
         self.holder = Some(Holder {
             idx: i,
             lease_start: now,
