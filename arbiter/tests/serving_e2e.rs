@@ -14,8 +14,7 @@
 //! Needs `cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-interposer
 //! -p gpuslice-workloads -p gpuslice-arbiter` in the same target directory.
 
-mod sim_tenants;
-
+use gpuslice_test_support::sim_tenants;
 use gpuslice_test_support::SimNode;
 use sim_tenants::{admit, field, output, release, tenant, ENGINES};
 use std::path::Path;

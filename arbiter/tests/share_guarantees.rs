@@ -10,8 +10,7 @@
 //!
 //! Needs the builds `sim_tenants` names.
 
-mod sim_tenants;
-
+use gpuslice_test_support::sim_tenants;
 use gpuslice_test_support::SimNode;
 use sim_tenants::{admit, node, output, tenant, ENGINES};
 use std::path::PathBuf;

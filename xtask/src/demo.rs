@@ -11,12 +11,12 @@
 //! cap) and what it got, and whether each promise held ([`summarize`], [`judge`]).
 
 use crate::dist;
-use crate::simenv::{Arbiter, SimNode};
 use anyhow::{bail, Context, Result};
 use gpuslice_sim_core::Node as SimState;
+use gpuslice_test_support::{Arbiter, NodeConfig, SimNode};
 use nvml_wrapper::Nvml;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The demo's node: an H100-class and an A100-class device.
@@ -69,16 +69,18 @@ pub fn run(force_sim: bool) -> Result<()> {
         return Ok(());
     }
     let dist = build()?;
-    let node = SimNode::new(&dist, DEMO_DEVICES)?;
+    let node = SimNode::new("demo", &NodeConfig::dist(&dist, DEMO_DEVICES));
     println!("gpuslice demo on the SIMULATED GPU (no NVIDIA driver here)");
     println!("node: {}", DEMO_DEVICES.replace(';', " | "));
-    let arbiter = Arbiter::start(&node, "gpuslice", "[metrics]\nenabled = false\n", &[])?;
+    let mut arbiter = node.new_arbiter("gpuslice", "[metrics]\nenabled = false\n")?;
+    arbiter.env("RUST_LOG", "warn").start()?;
     let sim = node.open_sim()?;
     println!(
         "arbiter: {} (state {})",
         arbiter.socket().display(),
-        arbiter.state().display()
+        arbiter.state_dir.display()
     );
+    let gpuslice = || cli(&node, &arbiter);
 
     let tenants = tenants();
     println!("\nThree tenants, each started with `gpuslice run`:");
@@ -92,8 +94,7 @@ pub fn run(force_sim: bool) -> Result<()> {
     println!("time flows to the others.\n");
     let mut children: Vec<Child> = Vec::new();
     for t in &tenants {
-        let child = arbiter
-            .gpuslice()
+        let child = gpuslice()
             .arg("run")
             .args(&t.opts)
             .arg("--")
@@ -135,7 +136,7 @@ pub fn run(force_sim: bool) -> Result<()> {
         if let Some(d) = due.checked_sub(start.elapsed()) {
             std::thread::sleep(d);
         }
-        let status = arbiter.status()?;
+        let status = status(&node, &arbiter)?;
         let t = start.elapsed().as_secs_f64();
         for (i, prefix) in prefixes.iter().enumerate() {
             ticks[i].push(tick(&status, prefix, t, &sim));
@@ -150,8 +151,7 @@ pub fn run(force_sim: bool) -> Result<()> {
         if !resized && t >= RESIZE_AT {
             resized = true;
             if let Some(id) = slice_of(&status, &prefixes[0]) {
-                let out = arbiter
-                    .gpuslice()
+                let out = gpuslice()
                     .args(["update", &id, "--compute", &RESIZED_TO.to_string()])
                     .output()?;
                 println!(
@@ -178,8 +178,7 @@ pub fn run(force_sim: bool) -> Result<()> {
     }
 
     println!("\nA fourth tenant asks for 2 GiB on the 40 GiB GPU and allocates 512 MiB blocks:");
-    let out = arbiter
-        .gpuslice()
+    let out = gpuslice()
         .args(["run", "--memory", "2Gi", "--model", "A100", "--"])
         .arg(dist.join("sim/bin/gpuslice-workload"))
         .args(["--via", "dlsym", "fill", "--chunk", "512Mi"])
@@ -572,7 +571,25 @@ fn field(text: &str, key: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// A gpuslice-arbiter started for the demo on the simulated node, stopped on drop.
+/// The `gpuslice` CLI of the node's tree, pointed at `arbiter` and the simulated node.
+fn cli(node: &SimNode, arbiter: &Arbiter) -> Command {
+    let mut c = node.command(node.build().cli());
+    c.envs(arbiter.client_env());
+    c
+}
+
+/// `gpuslice status --json`.
+fn status(node: &SimNode, arbiter: &Arbiter) -> Result<serde_json::Value> {
+    let out = cli(node, arbiter).args(["status", "--json"]).output()?;
+    if !out.status.success() {
+        bail!(
+            "gpuslice status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 /// The device index and status row of the slice whose id starts with `prefix` (`run-<pid>-`).
 fn slice_row<'a>(
     status: &'a serde_json::Value,
@@ -613,7 +630,10 @@ fn cell(ticks: &[Tick]) -> String {
 
 /// The issue-2 acceptance checks, run from a dist tree through each way of reaching the driver.
 pub fn acceptance(dist: &Path) -> Result<()> {
-    let node = SimNode::new(dist, "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0")?;
+    let node = SimNode::new(
+        "acceptance",
+        &NodeConfig::dist(dist, "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0"),
+    );
     for via in ["procaddr", "dlsym"] {
         println!("acceptance checks through --via {via}:");
         let status = node

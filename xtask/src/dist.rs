@@ -180,6 +180,25 @@ mod tests {
             .filter_map(|f| f.2.strip_prefix("usr/bin/"))
             .collect();
         assert_eq!(in_usr_bin, BINARIES);
+    }
+
+    /// The node image is the tree's `usr/bin` (`cargo xtask image`): every program its install
+    /// script installs is one of the tree's.
+    #[test]
+    fn the_tree_has_every_program_the_node_installer_installs() {
+        for b in gpuslice_test_support::packaging::node_binaries() {
+            assert!(BINARIES.contains(&b.as_str()), "{b} is not in {BINARIES:?}");
+        }
+    }
+
+    /// The suites' node harness finds each file of a dist tree where this tree puts it.
+    #[test]
+    fn the_node_harness_reads_the_tree_as_laid_out() {
+        let root = Path::new("/dist");
+        let tree = gpuslice_test_support::Build::Dist(root.to_path_buf());
+        for (_, file, at) in FILES {
+            assert_eq!(tree.file(file), root.join(at), "{file}");
+        }
         for (_, from, to) in FILES.iter().filter(|f| f.2.starts_with("usr/bin/")) {
             assert_eq!(Some(*from), to.strip_prefix("usr/bin/"));
         }

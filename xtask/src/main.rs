@@ -23,7 +23,6 @@ mod gpu_kit;
 mod image;
 mod package;
 mod shell;
-mod simenv;
 mod suites;
 mod zig;
 

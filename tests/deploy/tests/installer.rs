@@ -9,14 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use gpuslice_deploy_tests::kubernetes_dir;
-
-const BINARIES: [&str; 5] = [
-    "gpuslice",
-    "gpuslice-arbiter",
-    "gpuslice-hook",
-    "gpuslice-runtime",
-    "containerd-shim-gpuslice-v2",
-];
+use gpuslice_test_support::packaging::node_binaries;
 
 struct Host {
     dir: PathBuf,
@@ -42,8 +35,8 @@ impl Host {
             std::fs::create_dir_all(dir.join(d)).unwrap();
         }
         let d = dir.display();
-        for b in BINARIES {
-            script(&dir.join("image/usr/bin").join(b), &format!("echo {b}\n"));
+        for b in node_binaries() {
+            script(&dir.join("image/usr/bin").join(&b), &format!("echo {b}\n"));
         }
         // The stand-in configure: records its argv, adds a marker to --file once.
         script(
@@ -129,7 +122,7 @@ fn installs_configures_and_restarts_only_on_change() {
     let h = Host::new("main");
     let o = h.run(&[("GPUSLICE_CONFIGURE_ARGS", "--enable-cdi")]);
     assert!(o.status.success(), "{}", stderr(&o));
-    for b in BINARIES {
+    for b in node_binaries() {
         assert_eq!(h.mode(&format!("opt/bin/{b}")), 0o755, "{b}");
     }
     assert_eq!(h.mode("opt/lib/gpuslice/libgpuslice.so"), 0o644);

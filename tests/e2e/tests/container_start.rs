@@ -16,7 +16,12 @@
 //!   root `/run/containerd/runc`;
 //! - with `GPUSLICE_BENCH_BASELINE=<another gpuslice-runtime>` (e.g. an older build, which
 //!   finds its own `gpuslice-hook` and interposer beside it): `baseline, memory=1Gi`, the same
-//!   request through that binary, so two builds are compared alternately in one run.
+//!   request through that binary, so two builds are compared alternately in one run; and when
+//!   a `containerd-shim-gpuslice-v2` lies beside it, `baseline shim v2, memory=1Gi` through that
+//!   shim, as the runtime type `io.containerd.gpuslicebaseline.v2` (a link of that name in a
+//!   directory on the daemon's `PATH`: containerd finds a shim by its runtime type's name).
+//!   Each is also compared with this build's same variant round by round ("this build against
+//!   the baseline": the median and p90 of the per-round differences).
 //!
 //! Each sample is the wall time of the whole `ctr run --rm` (create, start, wait, delete). Two
 //! goal lines: the `BinaryName` path (`gpuslice, memory=1Gi`) and the shim v2 path
@@ -51,8 +56,9 @@ const GOAL_MS: f64 = 10.0;
 enum Runtime<'a> {
     /// The runc v2 shim with this binary as its runc (`--runc-binary`).
     RuncV2(&'a Path),
-    /// Our shim v2 runtime type (`--runtime io.containerd.gpuslice.v2`).
-    ShimV2,
+    /// A shim v2 runtime type (`--runtime io.containerd.gpuslice.v2`: ours; or the
+    /// baseline's).
+    ShimV2(&'a str),
 }
 
 /// (name, runtime, annotations)
@@ -69,8 +75,8 @@ fn once(ctd: &Containerd, id: &str, runtime: Runtime, annotations: &[(&str, &str
                 .arg("--runc-root")
                 .arg(ctd.dir.join("runc"));
         }
-        Runtime::ShimV2 => {
-            c.args(["--runtime", RUNTIME]);
+        Runtime::ShimV2(runtime) => {
+            c.args(["--runtime", runtime]);
         }
     }
     for (k, v) in annotations {
@@ -128,9 +134,19 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
     let rt = paths::product("gpuslice-runtime");
     let runc = paths::runc();
     let mut env = arbiter.client_env();
-    // Our shim first in the daemon's PATH (then the engine's bin), as in tests/shimv2.rs; the
-    // runc v2 variants name their runc binary, so they are unaffected.
-    env.push(daemon_path(&bins));
+    let baseline = std::env::var_os("GPUSLICE_BENCH_BASELINE").map(PathBuf::from);
+    let baseline_shim = match &baseline {
+        Some(b) => baseline_shim_dir(&node, b)?,
+        None => None,
+    };
+    // Our shim first in the daemon's PATH (then the engine's bin), as in tests/shimv2.rs, and
+    // the baseline's shim under its own runtime type's name; the runc v2 variants name their
+    // runc binary, so they are unaffected.
+    let (key, mut path) = daemon_path(&bins);
+    if let Some(d) = &baseline_shim {
+        path = format!("{}:{path}", d.display());
+    }
+    env.push((key, path));
     let ctd = Containerd::start(
         &bins,
         &node.scratch,
@@ -140,24 +156,43 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         },
     )?;
     ctd.import(&node.image.oci)?;
-    let baseline = std::env::var_os("GPUSLICE_BENCH_BASELINE").map(PathBuf::from);
     let mem: &[(&str, &str)] = &[("gpuslice.io/memory", "1Gi")];
     let mut variants: Vec<Variant> = vec![
         ("runc", Runtime::RuncV2(&runc), &[]),
         ("gpuslice, no request", Runtime::RuncV2(&rt), &[]),
         ("gpuslice, memory=1Gi", Runtime::RuncV2(&rt), mem),
-        ("gpuslice shim v2, no request", Runtime::ShimV2, &[]),
-        ("gpuslice shim v2, memory=1Gi", Runtime::ShimV2, mem),
+        (
+            "gpuslice shim v2, no request",
+            Runtime::ShimV2(RUNTIME),
+            &[],
+        ),
+        (
+            "gpuslice shim v2, memory=1Gi",
+            Runtime::ShimV2(RUNTIME),
+            mem,
+        ),
     ];
-    // Index of the shim v2 memory=1Gi variant (for its goal line).
+    // Index of the BinaryName and the shim v2 memory=1Gi variants (for the goal lines).
+    const RT_MEM: usize = 2;
     const SHIM_MEM: usize = 4;
+    // (this build's variant, the baseline's same variant): compared round by round.
+    let mut against_baseline = Vec::new();
     if let Some(b) = &baseline {
         ensure!(
             b.is_file(),
             "GPUSLICE_BENCH_BASELINE={}: no such file",
             b.display()
         );
+        against_baseline.push((RT_MEM, variants.len()));
         variants.push(("baseline, memory=1Gi", Runtime::RuncV2(b), mem));
+    }
+    if baseline_shim.is_some() {
+        against_baseline.push((SHIM_MEM, variants.len()));
+        variants.push((
+            "baseline shim v2, memory=1Gi",
+            Runtime::ShimV2(BASELINE_RUNTIME),
+            mem,
+        ));
     }
     let load_before = loadavg();
     // Warm-up: one of each (page cache, first snapshot, arbiter connection).
@@ -223,7 +258,20 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
             .collect();
         stats(&d).0
     };
-    let dmed = paired_median(2);
+    for &(this, base) in &against_baseline {
+        // This build minus the baseline in the same round (adjacent runs).
+        let d: Vec<f64> = samples[this]
+            .iter()
+            .zip(&samples[base])
+            .map(|(t, b)| t - b)
+            .collect();
+        let (dmed, dp90, _, _) = stats(&d);
+        println!(
+            "this build against the baseline, {:<28} paired median {dmed:+6.1} ms, p90 {dp90:+6.1} ms",
+            variants[this].0
+        );
+    }
+    let dmed = paired_median(RT_MEM);
     println!(
         "goal: ≤ {GOAL_MS} ms added (paired median, gpuslice memory=1Gi vs runc): {dmed:.1} ms — {}",
         if dmed <= GOAL_MS { "met" } else { "MISSED" }
@@ -241,6 +289,28 @@ fn bench(series: &str, rounds: usize) -> Result<()> {
         "containers left in containerd"
     );
     Ok(())
+}
+
+/// The runtime type of the baseline's shim v2 (`GPUSLICE_BENCH_BASELINE`).
+const BASELINE_RUNTIME: &str = "io.containerd.gpuslicebaseline.v2";
+
+/// When a `containerd-shim-gpuslice-v2` lies beside the baseline runtime `b`: a directory for
+/// the daemon's `PATH` holding a link to it named for [`BASELINE_RUNTIME`]. The shim re-executes
+/// itself through `/proc/self/exe`, the file the link names, so it finds the baseline's own
+/// `gpuslice-hook` and interposer beside it.
+fn baseline_shim_dir(node: &Node, b: &Path) -> Result<Option<PathBuf>> {
+    let Some(shim) = b
+        .parent()
+        .map(|d| d.join(gpuslice_e2e::shimv2::SHIM))
+        .filter(|s| s.is_file())
+    else {
+        return Ok(None);
+    };
+    let dir = node.scratch.dir("baseline-shim")?;
+    let link = dir.join("containerd-shim-gpuslicebaseline-v2");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&shim, &link)?;
+    Ok(Some(dir))
 }
 
 /// The pid of the containerd whose configuration lives in `ctd.dir` (from `/proc`).

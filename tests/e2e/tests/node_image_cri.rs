@@ -19,6 +19,7 @@ use gpuslice_e2e::paths;
 use gpuslice_e2e::procs::run_ok;
 use gpuslice_e2e::stock::{echo_container, pod};
 use gpuslice_e2e::suite::Node;
+use gpuslice_test_support::packaging::node_binaries;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -26,13 +27,6 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(120);
 /// The name the archive gets in containerd (`--base-name` + the archive's ref name).
 const NODE_IMAGE: &str = "localhost/gpuslice:e2e";
-const BINARIES: [&str; 5] = [
-    "gpuslice",
-    "gpuslice-arbiter",
-    "gpuslice-hook",
-    "gpuslice-runtime",
-    "containerd-shim-gpuslice-v2",
-];
 
 /// The xtask binary: `$GPUSLICE_XTASK` (set by `cargo xtask test e2e`), else the workspace's.
 fn xtask() -> Option<PathBuf> {
@@ -46,7 +40,7 @@ fn xtask() -> Option<PathBuf> {
 fn base_layout(work: &Path) -> Result<PathBuf> {
     let root = work.join("base-root");
     image::build_rootfs(&root)?;
-    let bins: Vec<PathBuf> = BINARIES.iter().map(|b| paths::product(b)).collect();
+    let bins: Vec<PathBuf> = node_binaries().iter().map(|b| paths::product(b)).collect();
     image::add_libraries(&root, &bins)?;
     let layer = work.join("base-layer.tar");
     image::layer_tar(&root, &layer)?;
@@ -108,7 +102,7 @@ fn node_image_runs_in_a_pod(series: &str) -> Result<()> {
         cri: &client,
         id: sandbox.clone(),
     };
-    let files: Vec<String> = BINARIES
+    let files: Vec<String> = node_binaries()
         .iter()
         .map(|b| format!("/usr/bin/{b}"))
         .chain(["/usr/lib/gpuslice/libgpuslice.so".to_string()])

@@ -67,12 +67,13 @@ impl Node {
             &format!("rel-{tag}"),
             gpuslice_test_support::NodeConfig {
                 devices: config.devices.clone(),
-                ctx_overhead: config.ctx_overhead.clone(),
+                ctx_overhead: Some(config.ctx_overhead.clone()),
                 config: format!("[admission]\n{}", config.admission),
                 metrics: false,
                 log_level: "warn".into(),
                 needs: vec!["gpuslice-workload", "gpuslice", "gpuslice-trial-tenant"],
                 engine: None,
+                ..gpuslice_test_support::NodeConfig::default()
             },
         );
         let dir = node.dir.clone();

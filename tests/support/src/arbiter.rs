@@ -24,6 +24,8 @@ pub struct Arbiter {
     /// The configuration file (`--config`, `GPUSLICE_CONFIG`).
     pub config: PathBuf,
     program: PathBuf,
+    /// Its directory (`dir` of [`Arbiter::new`]).
+    dir: PathBuf,
     log: PathBuf,
     /// Environment of the arbiter beyond what it inherits: `None` removes the variable.
     env: Vec<(OsString, Option<OsString>)>,
@@ -45,6 +47,7 @@ impl Arbiter {
             state_dir,
             config: file,
             program: program.into(),
+            dir: dir.to_path_buf(),
             log: dir.join("arbiter.log"),
             env: Vec::new(),
             child: None,
@@ -184,6 +187,67 @@ impl Arbiter {
         let mut out = String::new();
         BufReader::new(s).read_line(&mut out).expect("answer");
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("answer {out:?}: {e}"))
+    }
+
+    /// One request (`line`, a JSON object) and its answer; an error when the arbiter cannot be
+    /// reached, answers garbage, or refuses (`"result":"error"`, the answer in the message).
+    pub fn request(&self, line: &str) -> std::io::Result<serde_json::Value> {
+        let mut s = UnixStream::connect(self.socket())?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        writeln!(s, "{line}")?;
+        let mut out = String::new();
+        BufReader::new(s).read_line(&mut out)?;
+        let v: serde_json::Value = serde_json::from_str(&out)
+            .map_err(|e| std::io::Error::other(format!("answer {out:?} to {line}: {e}")))?;
+        if v["result"] == "error" {
+            return Err(std::io::Error::other(format!(
+                "the arbiter refused {line}: {}",
+                out.trim_end()
+            )));
+        }
+        Ok(v)
+    }
+
+    /// Admits slice `id` with `request` (the request's JSON members, without braces); its
+    /// slice directory.
+    pub fn admit(&self, id: &str, request: &str) -> std::io::Result<PathBuf> {
+        self.request(&format!(
+            "{{\"version\":1,\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request}}}}}"
+        ))?;
+        Ok(self.state_dir.join(id))
+    }
+
+    /// Releases slice `id`; a refusal is ignored (it may be gone already).
+    pub fn release(&self, id: &str) {
+        let _ = self.request(&format!(
+            "{{\"version\":1,\"op\":\"release\",\"slice_id\":\"{id}\"}}"
+        ));
+    }
+
+    /// Updates slice `id` with `fields` (JSON members).
+    pub fn update(&self, id: &str, fields: &str) -> std::io::Result<()> {
+        self.request(&format!(
+            "{{\"version\":1,\"op\":\"update\",\"slice_id\":\"{id}\",{fields}}}"
+        ))
+        .map(|_| ())
+    }
+
+    /// Has the scheduler write its status every second to `sched-status.json` in the
+    /// arbiter's directory (`GPUSLICE_SCHED_STATUS_FILE`, a benchmark switch), for
+    /// [`Arbiter::sched_status`]; from the next start.
+    pub fn write_sched_status(&mut self) -> &mut Arbiter {
+        let file = self.sched_status_file();
+        self.env("GPUSLICE_SCHED_STATUS_FILE", file)
+    }
+
+    fn sched_status_file(&self) -> PathBuf {
+        self.dir.join("sched-status.json")
+    }
+
+    /// The scheduler's last status ([`Arbiter::write_sched_status`]; at most 1 s old), `None`
+    /// before the first or when it was not asked for.
+    pub fn sched_status(&self) -> Option<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(self.sched_status_file()).ok()?).ok()
     }
 
     /// What a gpuslice binary needs in its environment to reach this arbiter.

@@ -4,7 +4,9 @@
 //! (`scripts/install-engines.sh`, cached), builds the dist tree, then runs the ignored benchmark
 //! test `tests/e2e/tests/container_start.rs`, which starts its own containerd and arbiter and
 //! prints the table (median, p90, paired differences, ratio, the ≤ 10 ms goal). `baseline=` names
-//! another `gpuslice-runtime` (an older build) measured alternately as one more variant.
+//! another `gpuslice-runtime` (an older build, its `gpuslice-hook`, interposer and, if there,
+//! `containerd-shim-gpuslice-v2` beside it as in a dist tree) measured alternately as one or two
+//! more variants: the older runtime, and the older shim v2.
 //! Variants: plain runc, `gpuslice-runtime` as `BinaryName` (no request, `memory=1Gi`), and the
 //! shim v2 runtime `io.containerd.gpuslice.v2` (no request, `memory=1Gi`); one goal line each
 //! for the two `memory=1Gi` paths.

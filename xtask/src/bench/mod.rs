@@ -61,8 +61,8 @@ pub fn run(list: bool, name: Option<&str>, args: &[String]) -> Result<()> {
     }
 }
 
-/// The simulator's engine models, side by side in every engine benchmark.
-pub(crate) const ENGINES: [&str; 2] = ["timeslice", "kernel"];
+/// The simulator's engine models, side by side in every engine benchmark (the suites' list).
+pub(crate) use gpuslice_test_support::sim_tenants::ENGINES;
 
 pub(crate) use host::uptime;
 

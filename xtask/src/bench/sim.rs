@@ -2,8 +2,8 @@
 
 use super::ENGINES;
 use crate::demo::DEMO_DEVICES;
-use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
+use gpuslice_test_support::{NodeConfig, SimNode};
 
 /// Two processes saturating device 0 with kernels of several sizes, under each engine model:
 /// each one's share and the sum, the models in adjacent columns.
@@ -11,8 +11,14 @@ pub(super) fn run() -> Result<()> {
     let dist = super::share::build_tree()?;
     let nodes = ENGINES
         .iter()
-        .map(|e| SimNode::with_engine(&dist, DEMO_DEVICES, e))
-        .collect::<std::io::Result<Vec<_>>>()?;
+        .map(|e| {
+            let cfg = NodeConfig {
+                engine: Some(*e),
+                ..NodeConfig::dist(&dist, DEMO_DEVICES)
+            };
+            SimNode::new(&format!("bench-sim-{e}"), &cfg)
+        })
+        .collect::<Vec<_>>();
     println!("command: cargo xtask bench sim  (two processes, back-to-back kernels, 3 s each)");
     let mut head = format!("{:>10}", "kernel");
     for e in ENGINES {

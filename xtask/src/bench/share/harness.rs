@@ -2,85 +2,60 @@
 //! ground-truth samples and the shares computed from them.
 
 use crate::shell::{cargo, exec, target_dir};
-use crate::simenv::SimNode;
 use anyhow::{Context, Result};
-use gpuslice_sim_core::{Node, SimConfig};
+use gpuslice_sim_core::Node;
+pub(crate) use gpuslice_test_support::{Arbiter, NodeConfig, SimNode};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 pub(super) const DEVICES: &str = "name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0;\
 name=NVIDIA H100 80GB HBM3,mem=80Gi,sms=132,cc=9.0";
 
-/// The arbiter of one scenario: the shared one, with the scheduler's status file it writes.
-pub(crate) struct Arbiter {
-    inner: crate::simenv::Arbiter,
-    status_file: PathBuf,
+/// The admission of the share scenarios: 16 MiB a context, one process a slice.
+pub(super) const ADMISSION: &str =
+    "context_reserve = \"16Mi\"\nmodule_allowance = \"0\"\nprocesses_per_slice = 1";
+
+/// A node of the benchmark's tree (`tag` names its directory).
+pub(super) fn node(dist: &Path, tag: &str, devices: &str, engine: &'static str) -> SimNode {
+    SimNode::new(
+        tag,
+        &NodeConfig {
+            engine: Some(engine),
+            ..NodeConfig::dist(dist, devices)
+        },
+    )
 }
 
-impl std::ops::Deref for Arbiter {
-    type Target = crate::simenv::Arbiter;
-    fn deref(&self) -> &crate::simenv::Arbiter {
-        &self.inner
-    }
-}
-
-impl Arbiter {
-    pub(super) fn start(node: &SimNode, quantum: &str) -> Result<Arbiter> {
-        Self::start_with(
-            node,
-            quantum,
-            "context_reserve = \"16Mi\"\nmodule_allowance = \"0\"\nprocesses_per_slice = 1",
-        )
-    }
-
-    /// With `admission` as the body of the `[admission]` table.
-    pub(super) fn start_with(node: &SimNode, quantum: &str, admission: &str) -> Result<Arbiter> {
-        Self::start_rt(node, quantum, admission, 0)
-    }
-
-    /// [`Arbiter::start_with`] with `[scheduler] realtime_priority = rt`.
-    pub(super) fn start_rt(
-        node: &SimNode,
-        quantum: &str,
-        admission: &str,
-        rt: u32,
-    ) -> Result<Arbiter> {
-        let status_file = node.state_dir.join("sched-status.json");
-        let config = format!(
-            "[admission]\n{admission}\n[metrics]\nenabled = false\n[scheduler]\n\
-             quantum = \"{quantum}\"\nrealtime_priority = {rt}\n"
-        );
-        let early = std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").unwrap_or_else(|_| "1".into());
-        let inner = crate::simenv::Arbiter::start(
-            node,
-            &format!("arbiter-{quantum}"),
-            &config,
-            &[
-                (
-                    "GPUSLICE_SCHED_STATUS_FILE",
-                    status_file.display().to_string(),
-                ),
-                ("GPUSLICE_SCHED_EARLY_HANDOFF", early),
-            ],
-        )?;
-        Ok(Arbiter { inner, status_file })
-    }
-
-    pub(super) fn sched_status(&self) -> Option<serde_json::Value> {
-        serde_json::from_slice(&std::fs::read(&self.status_file).ok()?).ok()
-    }
+/// The arbiter of one scenario on `node` (in `<node>/arbiter-<quantum>`): the scheduler's
+/// `quantum` and `realtime_priority = rt`, `admission` as the body of `[admission]`, no
+/// metrics, and the scheduler's status file written ([`Arbiter::sched_status`]). Early
+/// hand-offs as `GPUSLICE_SCHED_EARLY_HANDOFF` says (on by default).
+pub(super) fn start_arbiter(
+    node: &SimNode,
+    quantum: &str,
+    admission: &str,
+    rt: u32,
+) -> Result<Arbiter> {
+    let config = format!(
+        "[admission]\n{admission}\n[metrics]\nenabled = false\n[scheduler]\n\
+         quantum = \"{quantum}\"\nrealtime_priority = {rt}\n"
+    );
+    let early = std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").unwrap_or_else(|_| "1".into());
+    let mut arb = node.new_arbiter(&format!("arbiter-{quantum}"), &config)?;
+    arb.write_sched_status()
+        .env("GPUSLICE_SCHED_EARLY_HANDOFF", early)
+        .env("RUST_LOG", "warn");
+    arb.start()?;
+    Ok(arb)
 }
 
 /// (seconds since start, cumulative busy ns per tenant).
 pub(super) type Samples = Vec<(f64, Vec<u64>)>;
 
-/// A tenant process in a slice.
-pub(crate) fn tenant(node: &SimNode, dist: &Path, slice: &Path, args: &[String]) -> Result<Child> {
-    node.workload()
-        .args(["--via", "dlsym"])
-        .args(args)
-        .env("LD_PRELOAD", dist.join("usr/lib/gpuslice/libgpuslice.so"))
-        .env("GPUSLICE_SLICE_DIR", slice)
+/// A tenant process in a slice, of the node's tree (`_dist`: the same tree, a parameter kept
+/// for the scenarios that pass it).
+pub(crate) fn tenant(node: &SimNode, _dist: &Path, slice: &Path, args: &[String]) -> Result<Child> {
+    node.tenant(slice, args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -267,13 +242,6 @@ pub(crate) fn build_tree() -> Result<PathBuf> {
             .with_context(|| format!("copying {from} to {}", dst.display()))?;
     }
     Ok(tree)
-}
-
-pub(super) fn open_sim(node: &SimNode) -> Result<Node> {
-    let env: Vec<(String, String)> = node.env();
-    let cfg = SimConfig::from_lookup(|k| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Node::open(cfg).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Lease hand-offs of device 0 so far (from the arbiter's status file, at most 1 s old).

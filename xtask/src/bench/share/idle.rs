@@ -43,7 +43,7 @@ pub(super) fn idle_resize(
                 // b's second process starts from 0: keep the series cumulative.
                 let b_cum = if b == 0 { last_b } else { b };
                 out.push((t, vec![a, b_cum]));
-                if let Ok(p) = std::fs::read_to_string(c.node.state_dir.join("b2.pid")) {
+                if let Ok(p) = std::fs::read_to_string(c.node.dir.join("b2.pid")) {
                     if let Ok(p) = p.trim().parse() {
                         if p != b_pid {
                             b_pid = p;
@@ -60,7 +60,7 @@ pub(super) fn idle_resize(
         let t_new = t0.elapsed().as_secs_f64();
         let tb2 = tenant(c.node, c.dist, &db, &saturate(1000, 3.6, 2));
         if let Ok(ch) = &tb2 {
-            let _ = std::fs::write(c.node.state_dir.join("b2.pid"), ch.id().to_string());
+            let _ = std::fs::write(c.node.dir.join("b2.pid"), ch.id().to_string());
         }
         std::thread::sleep(Duration::from_millis(6500).saturating_sub(t0.elapsed()));
         let t_upd = t0.elapsed().as_secs_f64();
@@ -77,7 +77,7 @@ pub(super) fn idle_resize(
     wait_all(kids);
     c.arb.release("a");
     c.arb.release("b");
-    let _ = std::fs::remove_file(c.node.state_dir.join("b2.pid"));
+    let _ = std::fs::remove_file(c.node.dir.join("b2.pid"));
     // b's first process stops launching: last sample where its busy time grew before 4 s.
     let idx_b_stop = samples
         .windows(2)

@@ -16,10 +16,9 @@ mod sweep;
 mod thirty_seventy;
 
 use super::ENGINES;
-use crate::simenv::SimNode;
 use anyhow::{bail, Context, Result};
 pub(super) use harness::build_tree;
-use harness::{open_sim, Arbiter, Ctx, DEVICES};
+use harness::{node, start_arbiter, Ctx, ADMISSION, DEVICES};
 use idle::idle_resize;
 use mixes::{four, limit, three};
 use priority::priority;
@@ -130,9 +129,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let dist = build_tree()?;
     let mut nodes = Vec::new();
     for &engine in &opts.engines {
-        let node = SimNode::with_engine(&dist, DEVICES, engine)?;
-        let sim = open_sim(&node)?;
-        let arb = Arbiter::start(&node, "5ms")?;
+        let node = node(&dist, &format!("share-{engine}"), DEVICES, engine);
+        let sim = node.open_sim()?;
+        let arb = start_arbiter(&node, "5ms", ADMISSION, 0)?;
         nodes.push((engine, node, sim, arb));
     }
     let ctxs: Vec<Ctx> = nodes

@@ -2,7 +2,7 @@
 
 use super::harness::*;
 use crate::bench::{loadavg, HostCpu};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::time::Duration;
 pub(super) fn p99_of(out: &str) -> f64 {
     crate::bench::gpuslice_field(out, "p99_ms").unwrap_or(f64::NAN)
@@ -66,7 +66,7 @@ pub(super) fn priority(c: &Ctx) -> Result<()> {
     ]
     .map(String::from)
     .to_vec();
-    let arb_pid = c.arb.pid();
+    let arb_pid = c.arb.pid().context("the arbiter is not running")?;
     let fmt = |r: &[(f64, f64)]| {
         r.iter()
             .map(|(v, i)| format!("{v:.0}/{i:.0}"))

@@ -2,8 +2,7 @@
 
 use super::harness::*;
 use crate::bench::loadavg;
-use crate::simenv::SimNode;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -42,21 +41,10 @@ pub(super) fn arbiter_cpu(pid: u32, secs: u64) -> f64 {
 pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) -> Result<()> {
     println!("\n== scale, {engine} engine");
     let devices = [SCALE_DEVICES; 8].join(";");
-    let state_dir = std::env::temp_dir().join(format!(
-        "gpuslice-xtask-scale-{}-{engine}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&state_dir);
-    std::fs::create_dir_all(&state_dir)?;
-    let node = SimNode {
-        dist: dist.to_path_buf(),
-        state_dir,
-        devices,
-        engine: Some(engine),
-    };
-    let sim = open_sim(&node)?;
+    let node = node(dist, &format!("scale-{engine}"), &devices, engine);
+    let sim = node.open_sim()?;
     // Admission reserves the contexts the processes really hold (300 MiB each, 4 per slice).
-    let arb = Arbiter::start_rt(
+    let arb = start_arbiter(
         &node,
         "5ms",
         "context_reserve = \"300Mi\"\nmodule_allowance = \"0\"\nprocesses_per_slice = 4",
@@ -66,7 +54,7 @@ pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) ->
     for i in 0..slices {
         arb.admit(&format!("s{i}"), "\"memory\":\"256Mi\"")?;
     }
-    let pid = arb.pid();
+    let pid = arb.pid().context("the arbiter is not running")?;
     std::thread::sleep(Duration::from_secs(1));
     let idle = arbiter_cpu(pid, 10);
     let t_start = Instant::now();
@@ -87,7 +75,12 @@ pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) ->
         .to_vec();
         kids.push((
             light,
-            tenant(&node, dist, &arb.state().join(format!("s{}", k / 4)), &args)?,
+            tenant(
+                &node,
+                dist,
+                &arb.state_dir.join(format!("s{}", k / 4)),
+                &args,
+            )?,
         ));
     }
     // Attached = the gate thread exists (it starts at the first gated launch).
@@ -116,7 +109,7 @@ pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) ->
     // Eight saturating tenants in slices of device 0 beside the rest.
     let mut on0 = Vec::new();
     for i in 0..slices {
-        let rec = std::fs::read_to_string(arb.state().join(format!("s{i}/slice.json")))
+        let rec = std::fs::read_to_string(arb.state_dir.join(format!("s{i}/slice.json")))
             .unwrap_or_default();
         if rec.contains("\"index\": 0") {
             on0.push(i);
@@ -131,7 +124,7 @@ pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) ->
             tenant(
                 &node,
                 dist,
-                &arb.state().join(format!("s{i}")),
+                &arb.state_dir.join(format!("s{i}")),
                 &saturate(1000, 5.0, 2),
             )
         })

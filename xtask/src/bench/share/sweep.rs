@@ -2,7 +2,6 @@
 
 use super::harness::*;
 use crate::bench::loadavg;
-use crate::simenv::SimNode;
 use anyhow::Result;
 use gpuslice_sim_core::Node;
 use std::path::Path;
@@ -17,7 +16,7 @@ pub(super) fn sweep(dist: &Path, node: &SimNode, sim: &Node, engine: &str) -> Re
         "quantum", "A", "B", "device", "load"
     );
     for q in ["2ms", "5ms", "10ms"] {
-        let arb = Arbiter::start(node, q)?;
+        let arb = start_arbiter(node, q, ADMISSION, 0)?;
         let da = arb.admit("a", "\"compute\":30,\"memory\":\"1Gi\"")?;
         let db = arb.admit("b", "\"compute\":70,\"memory\":\"1Gi\"")?;
         let kids = vec![

@@ -1,20 +1,20 @@
-//! Shared by the tests that run `gpuslice-workload` tenants under the interposer on a simulated
-//! node with this build's arbiter (`serving_e2e`, `share_guarantees`): the node, admission, a
-//! tenant, and what it printed.
+//! `gpuslice-workload` tenants under the interposer on a simulated node with this build's
+//! arbiter, as the share and latency tests run them: the node, admission, a tenant, and what it
+//! printed. Failures panic with what went wrong.
 //!
 //! Needs `cargo build -p gpuslice-sim-cuda -p gpuslice-sim-nvml -p gpuslice-interposer
 //! -p gpuslice-workloads -p gpuslice-arbiter` in the same target directory.
 
-#![allow(dead_code)] // each test binary uses its part
-
-use gpuslice_test_support::{profile_dir, NodeConfig, SimNode};
+use crate::{NodeConfig, SimNode};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
 /// The simulated engine models every share and latency test runs on.
 pub const ENGINES: [&str; 2] = ["timeslice", "kernel"];
 
-/// A node on engine `engine` with `devices` (`GPUSLICE_SIM_DEVICES`; `None`: one device).
+/// A node on engine `engine` with `devices` (`GPUSLICE_SIM_DEVICES`; `None`: one device), its
+/// arbiter reserving 16 MiB a context and nothing for modules.
 pub fn node(tag: &str, engine: &'static str, devices: Option<&str>) -> SimNode {
     let mut cfg = NodeConfig {
         config: "[admission]\ncontext_reserve = \"16Mi\"\nmodule_allowance = \"0\"\n".into(),
@@ -31,29 +31,19 @@ pub fn node(tag: &str, engine: &'static str, devices: Option<&str>) -> SimNode {
 
 /// Admits slice `id` with `request` (JSON members, without braces) and 1 GiB; its directory.
 pub fn admit(n: &SimNode, id: &str, request: &str) -> PathBuf {
-    let answer = n.call(&format!(
-        "{{\"version\":1,\"op\":\"admit\",\"slice_id\":\"{id}\",\"request\":{{{request},\
-         \"memory\":\"1Gi\"}}}}"
-    ));
-    assert!(answer["result"] != "error", "admit {id}: {answer}");
-    n.state_dir().join(id)
+    n.arbiter()
+        .admit(id, &format!("{request},\"memory\":\"1Gi\""))
+        .unwrap_or_else(|e| panic!("admit {id}: {e}"))
 }
 
 /// Releases slice `id`.
 pub fn release(n: &SimNode, id: &str) {
-    n.call(&format!(
-        "{{\"version\":1,\"op\":\"release\",\"slice_id\":\"{id}\"}}"
-    ));
+    n.arbiter().release(id);
 }
 
 /// Starts `gpuslice-workload args` in `slice` under the interposer, stdout piped.
-pub fn tenant<S: AsRef<std::ffi::OsStr>>(n: &SimNode, slice: &Path, args: &[S]) -> Child {
-    let prof = profile_dir();
-    n.command(prof.join("gpuslice-workload"))
-        .args(["--via", "dlsym"])
-        .args(args)
-        .env("LD_PRELOAD", prof.join("libgpuslice.so"))
-        .env("GPUSLICE_SLICE_DIR", slice)
+pub fn tenant<S: AsRef<OsStr>>(n: &SimNode, slice: &Path, args: &[S]) -> Child {
+    n.tenant(slice, args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("starting a tenant")
