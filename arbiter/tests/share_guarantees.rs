@@ -23,21 +23,6 @@ const SECS: &str = "4.5";
 const FROM: f64 = 0.8;
 const SPAN: f64 = 3.0;
 
-/// The simulator's own state of node `n` (its ground truth: device time per process).
-fn sim(n: &SimNode) -> gpuslice_sim_core::Node {
-    let mut c = n.command("true");
-    n.env(&mut c);
-    let env: Vec<(String, String)> = c
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
-        .collect();
-    let cfg = gpuslice_sim_core::SimConfig::from_lookup(|k| {
-        env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    })
-    .expect("the node's simulator configuration");
-    gpuslice_sim_core::Node::open(cfg).expect("the node's simulator state")
-}
-
 /// 1 ms kernels for `SECS`, `depth` queued.
 fn saturate(depth: &str) -> Vec<String> {
     [
@@ -67,7 +52,7 @@ fn shares(n: &SimNode, tenants: &[(&str, &str, Vec<String>)]) -> Vec<f64> {
         .zip(tenants)
         .map(|(s, (_, _, args))| tenant(n, s, args))
         .collect();
-    let sim = sim(n);
+    let sim = n.open_sim().expect("the node's simulator state");
     let busy = || -> Vec<u64> {
         children
             .iter()

@@ -52,9 +52,8 @@ pub(super) fn start_arbiter(
 /// (seconds since start, cumulative busy ns per tenant).
 pub(super) type Samples = Vec<(f64, Vec<u64>)>;
 
-/// A tenant process in a slice, of the node's tree (`_dist`: the same tree, a parameter kept
-/// for the scenarios that pass it).
-pub(crate) fn tenant(node: &SimNode, _dist: &Path, slice: &Path, args: &[String]) -> Result<Child> {
+/// A tenant process in a slice, of the node's tree.
+pub(crate) fn tenant(node: &SimNode, slice: &Path, args: &[String]) -> Result<Child> {
     node.tenant(slice, args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -132,7 +131,6 @@ pub(super) fn jain(x: &[f64]) -> f64 {
 }
 
 pub(crate) struct Ctx<'a> {
-    pub(crate) dist: &'a Path,
     pub(crate) node: &'a SimNode,
     pub(crate) arb: &'a Arbiter,
     pub(crate) sim: &'a Node,
@@ -167,7 +165,7 @@ pub(super) fn shares_run(
     }
     let mut children = Vec::new();
     for ((_, _, args), dir) in tenants.iter().zip(&dirs) {
-        let ch = tenant(c.node, c.dist, dir, args)?;
+        let ch = tenant(c.node, dir, args)?;
         children.push(ch);
     }
     let samples = sample_run(c, &children);

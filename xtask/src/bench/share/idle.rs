@@ -26,8 +26,8 @@ pub(super) fn idle_resize(
 ) -> Result<()> {
     let da = c.arb.admit("a", "\"compute\":30,\"memory\":\"1Gi\"")?;
     let db = c.arb.admit("b", "\"compute\":70,\"memory\":\"1Gi\"")?;
-    let ta = tenant(c.node, c.dist, &da, &saturate(1000, 8.5, 2))?;
-    let tb = tenant(c.node, c.dist, &db, &saturate(1000, 3.0, 2))?;
+    let ta = tenant(c.node, &da, &saturate(1000, 8.5, 2))?;
+    let tb = tenant(c.node, &db, &saturate(1000, 3.0, 2))?;
     let pids = [ta.id(), tb.id()];
     let t0 = Instant::now();
     let sim = c.sim;
@@ -58,7 +58,7 @@ pub(super) fn idle_resize(
         // b restarts at 4.5 s (a new tenant), shares swap at 6.5 s.
         std::thread::sleep(Duration::from_millis(4500).saturating_sub(t0.elapsed()));
         let t_new = t0.elapsed().as_secs_f64();
-        let tb2 = tenant(c.node, c.dist, &db, &saturate(1000, 3.6, 2));
+        let tb2 = tenant(c.node, &db, &saturate(1000, 3.6, 2));
         if let Ok(ch) = &tb2 {
             let _ = std::fs::write(c.node.dir.join("b2.pid"), ch.id().to_string());
         }

@@ -137,7 +137,6 @@ pub fn run(args: &[String]) -> Result<()> {
     let ctxs: Vec<Ctx> = nodes
         .iter()
         .map(|(engine, node, sim, arb)| Ctx {
-            dist: &dist,
             node,
             arb,
             sim,
@@ -212,7 +211,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if opts.wants("sweep") {
         for (engine, node, sim) in &kept {
-            sweep(&dist, node, sim, engine)?;
+            sweep(node, sim, engine)?;
         }
     }
     println!("\nload average at the end: {}", crate::bench::uptime());

@@ -78,7 +78,7 @@ pub(super) fn priority(c: &Ctx) -> Result<()> {
         "infer",
         "\"compute\":20,\"priority\":\"high\",\"memory\":\"1Gi\"",
     )?;
-    let h = tenant(c.node, c.dist, &dh, &bursty)?;
+    let h = tenant(c.node, &dh, &bursty)?;
     std::thread::sleep(Duration::from_secs(1));
     let sw_alone = switch_rates(&[h.id(), arb_pid], PRIORITY_SECS - 3.0);
     let alone = wait_all(vec![h]);
@@ -96,15 +96,10 @@ pub(super) fn priority(c: &Ctx) -> Result<()> {
         .chain(bursty.iter().cloned())
         .collect();
     let run_pair = || -> Result<(String, String, String, Rates)> {
-        let n = tenant(
-            c.node,
-            c.dist,
-            &dn,
-            &saturate(1000, PRIORITY_SECS + 0.6, 64),
-        )?;
+        let n = tenant(c.node, &dn, &saturate(1000, PRIORITY_SECS + 0.6, 64))?;
         std::thread::sleep(Duration::from_millis(300));
-        let h = tenant(c.node, c.dist, &dh, &bursty)?;
-        let t = tenant(c.node, c.dist, &dt, &twin_args)?;
+        let h = tenant(c.node, &dh, &bursty)?;
+        let t = tenant(c.node, &dt, &twin_args)?;
         std::thread::sleep(Duration::from_secs(1));
         let sw = switch_rates(&[h.id(), n.id(), arb_pid], PRIORITY_SECS - 3.0);
         let mut o = wait_all(vec![h, n, t]).into_iter();

@@ -75,12 +75,7 @@ pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) ->
         .to_vec();
         kids.push((
             light,
-            tenant(
-                &node,
-                dist,
-                &arb.state_dir.join(format!("s{}", k / 4)),
-                &args,
-            )?,
+            tenant(&node, &arb.state_dir.join(format!("s{}", k / 4)), &args)?,
         ));
     }
     // Attached = the gate thread exists (it starts at the first gated launch).
@@ -123,7 +118,6 @@ pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) ->
         .map(|i| {
             tenant(
                 &node,
-                dist,
                 &arb.state_dir.join(format!("s{i}")),
                 &saturate(1000, 5.0, 2),
             )

@@ -56,12 +56,7 @@ fn run_one(c: &Ctx, request: &str, others: &[&str]) -> Result<(String, String, V
         let id = format!("neighbour-{i}");
         let dir = c.arb.admit(&id, &format!("{req},\"memory\":\"1Gi\""))?;
         admitted.push(id);
-        kids.push(tenant(
-            c.node,
-            c.dist,
-            &dir,
-            &saturate(1400, SECS + 2.5, 8),
-        )?);
+        kids.push(tenant(c.node, &dir, &saturate(1400, SECS + 2.5, 8))?);
     }
     std::thread::sleep(Duration::from_millis(300));
     let ds = c
@@ -71,8 +66,8 @@ fn run_one(c: &Ctx, request: &str, others: &[&str]) -> Result<(String, String, V
         "twin",
         &format!("{request},\"memory\":\"1Gi\",\"devices\":{{\"list\":[{{\"index\":1}}]}}"),
     )?;
-    let s = tenant(c.node, c.dist, &ds, &server(0))?;
-    let t = tenant(c.node, c.dist, &dt, &server(1))?;
+    let s = tenant(c.node, &ds, &server(0))?;
+    let t = tenant(c.node, &dt, &server(1))?;
     let mut outs = wait_all(vec![s, t]).into_iter();
     let (so, to) = (
         outs.next().unwrap_or_default(),

@@ -4,10 +4,9 @@ use super::harness::*;
 use crate::bench::loadavg;
 use anyhow::Result;
 use gpuslice_sim_core::Node;
-use std::path::Path;
 use std::time::Duration;
 /// The quantum: 30/70 with 1 ms kernels under 2, 5 and 10 ms.
-pub(super) fn sweep(dist: &Path, node: &SimNode, sim: &Node, engine: &str) -> Result<()> {
+pub(super) fn sweep(node: &SimNode, sim: &Node, engine: &str) -> Result<()> {
     println!(
         "\n== quantum sweep ({engine} engine): 30/70, 1 ms kernels, depth 4, 6 s (shares over the last 5 s)"
     );
@@ -20,8 +19,8 @@ pub(super) fn sweep(dist: &Path, node: &SimNode, sim: &Node, engine: &str) -> Re
         let da = arb.admit("a", "\"compute\":30,\"memory\":\"1Gi\"")?;
         let db = arb.admit("b", "\"compute\":70,\"memory\":\"1Gi\"")?;
         let kids = vec![
-            tenant(node, dist, &da, &saturate(1000, 6.2, 4))?,
-            tenant(node, dist, &db, &saturate(1000, 6.2, 4))?,
+            tenant(node, &da, &saturate(1000, 6.2, 4))?,
+            tenant(node, &db, &saturate(1000, 6.2, 4))?,
         ];
         let pids: Vec<u32> = kids.iter().map(|k| k.id()).collect();
         let samples = sample(
