@@ -36,8 +36,7 @@ pub fn params_of(req: &SliceRequest) -> Params {
 pub struct Scheduler {
     quantum_ns: u64,
     realtime_priority: u32,
-    high_linger_ns: u64,
-    high_repay_turns: bool,
+    tuning: device::Tuning,
     devices: Mutex<BTreeMap<u32, Arc<Ctl>>>,
 }
 
@@ -63,8 +62,7 @@ impl Scheduler {
         Scheduler {
             quantum_ns: quantum.as_nanos().clamp(100_000, 1_000_000_000) as u64,
             realtime_priority,
-            high_linger_ns: 0,
-            high_repay_turns: false,
+            tuning: device::Tuning::default(),
             devices: Mutex::new(BTreeMap::new()),
         }
     }
@@ -73,7 +71,7 @@ impl Scheduler {
     /// (`scheduler.high_linger`, [`policy::Policy::set_high_linger`]); for device loops started
     /// after this call (call it before scheduling any slice).
     pub fn with_high_linger(mut self, linger: Duration) -> Scheduler {
-        self.high_linger_ns = u64::try_from(linger.as_nanos()).unwrap_or(u64::MAX);
+        self.tuning.high_linger_ns = u64::try_from(linger.as_nanos()).unwrap_or(u64::MAX);
         self
     }
 
@@ -81,7 +79,7 @@ impl Scheduler {
     /// (`scheduler.high_repay_turns`, [`policy::Policy::set_high_repay_turns`]); for device
     /// loops started after this call.
     pub fn with_high_repay_turns(mut self, on: bool) -> Scheduler {
-        self.high_repay_turns = on;
+        self.tuning.high_repay_turns = on;
         self
     }
 
@@ -100,11 +98,7 @@ impl Scheduler {
             }),
         });
         let c2 = Arc::clone(&ctl);
-        let (q, rt) = (self.quantum_ns, self.realtime_priority);
-        let tuning = device::Tuning {
-            high_linger_ns: self.high_linger_ns,
-            high_repay_turns: self.high_repay_turns,
-        };
+        let (q, rt, tuning) = (self.quantum_ns, self.realtime_priority, self.tuning);
         let spawned = std::thread::Builder::new()
             .name(format!("sched-gpu{index}"))
             .spawn(move || {

@@ -26,8 +26,6 @@ const EVENT_HANDLE_BASE: usize = 0x0e7e_0000_0000;
 struct State {
     /// Records issued (the latest record number).
     issued: u64,
-    /// Highest record number completed.
-    done: u64,
     /// Time the completed record was reached.
     time_ns: u64,
     /// Where the latest record was captured, if it was recorded into a capturing stream.
@@ -45,7 +43,8 @@ pub(crate) struct Event {
     pub(crate) device: CUdevice,
     st: Mutex<State>,
     cv: Condvar,
-    /// `State::done`, readable without the lock by spinning waiters.
+    /// Highest record number completed: written under `st`'s lock with the time it was
+    /// reached (waiters on `cv` read it there), read without it by spinning waiters (`wait`).
     done: AtomicU64,
 }
 
@@ -54,6 +53,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Event {
+    /// Highest record number completed.
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
+    }
+
     /// Issues a new record number (for an item about to be enqueued).
     pub(crate) fn issue(&self) -> u64 {
         let mut st = lock(&self.st);
@@ -70,8 +74,7 @@ impl Event {
     /// Marks record `gen` as reached at `t_ns` (stream workers).
     pub(crate) fn complete(&self, gen: u64, t_ns: u64) {
         let mut st = lock(&self.st);
-        if gen > st.done {
-            st.done = gen;
+        if gen > self.done() {
             st.time_ns = t_ns;
             self.done.store(gen, Ordering::Release);
         }
@@ -83,12 +86,11 @@ impl Event {
     pub(crate) fn wait_gen(&self, gen: u64) {
         if let Some((s, item)) = self.spinning_stream(gen) {
             let since = s.completed();
-            s.expect
-                .wait(since, item, || self.done.load(Ordering::Acquire) >= gen);
+            s.expect.wait(since, item, || self.done() >= gen);
             return;
         }
         let mut st = lock(&self.st);
-        while st.done < gen {
+        while self.done() < gen {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
     }
@@ -123,7 +125,7 @@ impl Event {
 
     fn query(&self) -> bool {
         let st = lock(&self.st);
-        st.done >= st.issued
+        self.done() >= st.issued
     }
 }
 
@@ -270,7 +272,7 @@ fn elapsed(out: *mut c_float, start: CUevent, end: CUevent) -> Result<(), CUresu
     // One lock at a time: `start` and `end` may be the same event.
     let snap = |e: &Event| {
         let st = lock(&e.st);
-        (st.issued, st.done, st.time_ns, st.captured.is_some())
+        (st.issued, e.done(), st.time_ns, st.captured.is_some())
     };
     let (sa, sb) = (snap(&a), snap(&b));
     if sa.3 || sb.3 {

@@ -93,7 +93,6 @@ struct Item {
 struct Queue {
     items: VecDeque<Item>,
     submitted: u64,
-    completed: u64,
     closed: bool,
 }
 
@@ -113,7 +112,8 @@ pub(crate) struct Stream {
     pub(crate) kind: Kind,
     q: Mutex<Queue>,
     cv: Condvar,
-    /// Items completed (the queue's count, readable without its lock by spinning waiters).
+    /// Items completed: raised by the worker under the queue's lock (waiters on `cv` read it
+    /// there), read without it by spinning waiters (`wait`).
     completed: AtomicU64,
     /// When the running kernel ends, for waiters (`wait`).
     pub(crate) expect: Expect,
@@ -157,7 +157,7 @@ impl Stream {
     /// Whether every enqueued item has completed.
     pub(crate) fn idle(&self) -> bool {
         let q = lock(&self.q);
-        q.completed == q.submitted
+        self.completed() == q.submitted
     }
 
     /// Blocks until at least `n` items have completed.
@@ -169,7 +169,7 @@ impl Stream {
             return;
         }
         let mut q = lock(&self.q);
-        while q.completed < n {
+        while self.completed() < n {
             q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner());
         }
     }
@@ -256,10 +256,11 @@ fn worker(s: Arc<Stream>) {
             }
             Op::Nop => prev_end = ready,
         }
-        let mut q = lock(&s.q);
-        q.completed += 1;
-        s.completed.store(q.completed, Ordering::Release);
-        drop(q);
+        {
+            // Under the queue's lock: a `cv` waiter checks the count there before it sleeps.
+            let _q = lock(&s.q);
+            s.completed.fetch_add(1, Ordering::AcqRel);
+        }
         if let Some((ev, gen, t)) = reached {
             ev.complete(gen, t);
         }
@@ -451,7 +452,7 @@ pub(crate) fn submit_batch(stream: &Arc<Stream>, items: Vec<(Vec<Dep>, Op)>) {
             };
             for s in others {
                 let q = lock(&s.q);
-                if q.completed < q.submitted {
+                if s.completed() < q.submitted {
                     let n = q.submitted;
                     drop(q);
                     deps.push(Dep::Stream(s, n));
@@ -462,7 +463,7 @@ pub(crate) fn submit_batch(stream: &Arc<Stream>, items: Vec<(Vec<Dep>, Op)>) {
             let legacy = registry().legacy.get(&stream.ctx.id).cloned();
             if let Some(l) = legacy {
                 let q = lock(&l.q);
-                if q.completed < q.submitted {
+                if l.completed() < q.submitted {
                     let n = q.submitted;
                     drop(q);
                     deps.push(Dep::Stream(l, n));
