@@ -340,6 +340,7 @@ fn register_sched(reg: &mut Registry, sched: &SchedulerStatus, pods: &Pods) {
     let charged: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
     let drain_timeouts: Family<Labels, Counter> = Family::default();
     let strikes_total: Family<Labels, Counter> = Family::default();
+    let idle_handoffs: Family<Labels, Counter> = Family::default();
     let loop_wakes: Family<Labels, Counter> = Family::default();
     let strikes = gauge_family();
     let backed_off = gauge_family();
@@ -360,6 +361,7 @@ fn register_sched(reg: &mut Registry, sched: &SchedulerStatus, pods: &Pods) {
             charged.get_or_create(&l).inc_by(s.charged_ns as f64 / 1e9);
             drain_timeouts.get_or_create(&l).inc_by(s.drain_timeouts);
             strikes_total.get_or_create(&l).inc_by(s.strikes_total);
+            idle_handoffs.get_or_create(&l).inc_by(s.quiet_revokes);
             loop_wakes.get_or_create(&l).inc_by(s.loop_wakes);
             strikes.get_or_create(&l).set(f64::from(s.strikes));
             backed_off
@@ -396,6 +398,11 @@ fn register_sched(reg: &mut Registry, sched: &SchedulerStatus, pods: &Pods) {
         "gpuslice_slice_lease_strikes",
         "Leases the slice lost for claiming demand at the gate without launching anything (hostile or broken gate)",
         strikes_total,
+    );
+    reg.register(
+        "gpuslice_slice_lease_idle_handoffs",
+        "Leases handed on early because every process of the slice was idle while others waited",
+        idle_handoffs,
     );
     reg.register(
         "gpuslice_slice_scheduler_wakes",

@@ -12,7 +12,7 @@
 
 use gpuslice_test_support::sim_tenants;
 use gpuslice_test_support::SimNode;
-use sim_tenants::{admit, node, output, tenant, ENGINES};
+use sim_tenants::{admit, node, node_with_metrics, output, tenant, ENGINES};
 use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -88,6 +88,23 @@ fn charged_parts(n: &SimNode, k: usize) -> Vec<f64> {
     bp.iter().map(|b| b / sum.max(1.0)).collect()
 }
 
+/// Leases handed on as idle and leases granted, summed over the slices on the node's metrics
+/// page.
+fn idle_handoffs(n: &SimNode) -> (u64, u64) {
+    let page = n.scrape();
+    let sum = |name: &str| -> u64 {
+        page.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .sum()
+    };
+    (
+        sum("gpuslice_slice_lease_idle_handoffs_total"),
+        sum("gpuslice_slice_lease_grants_total"),
+    )
+}
+
 /// The tests of this file one at a time: each measures hand-off idle on a 2-core host.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -143,16 +160,22 @@ fn a_saturating_high_priority_slice_leaves_the_others_their_guarantees() {
 /// is owed to a tenant that asks for more than it, whatever its queue depth, and the device
 /// must not idle between them (issue 36: 26/67 before, 33.8/66.2 charged).
 ///
-/// The device must be at least 95 % busy. What a depth-1 tenant leaves idle on its own (its
-/// host round trip between a kernel's end and its next launch) no exclusive lease can fill, so
-/// when the host is too loaded for one tenant alone to reach 97 % (the twin), the pair is held
-/// to the twin less 2 points instead. On the real driver that round trip is µs; the simulator
-/// models the driver's spin wait (`tests/sim/cuda/src/wait.rs`): before it, one tenant alone
-/// got 84–91 % here and the pair 87–90 %.
+/// Each gets its guarantee ± 2 points **of what it gets alone** (the twin's device time in the
+/// same window, as the issue's serving rows count "share of its alone throughput"): a depth-1
+/// tenant leaves its own host round trip between a kernel's end and its next launch idle, and
+/// no exclusive lease can fill that (it would take running the other tenant's kernel in the
+/// gap). On the real driver that round trip is µs; on the simulator it is 15–35 µs per kernel
+/// (the stream worker's wake at the kernel's end, the waiter's spin, the launch: one tenant
+/// alone 97.2–98.3 % busy here), so of the *device* the 70 % tenant could reach 68 only with
+/// the pair within 0.3 points of one tenant alone. The device must be at least 95 % busy, or
+/// the twin less 2 points when the host keeps even the twin under 97 %. What the scheduler
+/// charged is held to ± 2 points as well.
 ///
-/// a's share: the issue's ± 2 points of what the scheduler charged, and ± 3 of the device time
-/// that ran (the simulator's ground truth over a 3 s window: 28.4–31.5 % in 14 debug runs at
-/// load 5, the time-sliced engine 1–1.5 points above the charge, not explained yet).
+/// On the time-sliced engine the 30 % tenant runs up to a point more than it is charged: at a
+/// hand-off the next holder's first kernels share the engine with the revoked one's last (the
+/// revoked slice is charged until its drain report, ~1.3 ms later), and a trace of one run
+/// (`tests/sim/README.md`, "Tracing a run") had the 30 % tenant run 0.83 ms of each such
+/// overlap as the next holder and the 70 % one 0.62 ms.
 #[test]
 fn two_depth_one_tenants_get_30_70_and_keep_the_device_busy() {
     let _one = SERIAL
@@ -160,7 +183,7 @@ fn two_depth_one_tenants_get_30_70_and_keep_the_device_busy() {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut got = Vec::new();
     for engine in ENGINES {
-        let n = node("depth1", engine, Some(TWO_DEVICES));
+        let n = node_with_metrics("depth1", engine, Some(TWO_DEVICES));
         let mut twin = vec!["--device".to_string(), "1".into()];
         twin.extend(saturate("1"));
         let s = shares(
@@ -176,23 +199,35 @@ fn two_depth_one_tenants_get_30_70_and_keep_the_device_busy() {
             ],
         );
         let charged = charged_parts(&n, 2)[0];
-        let (busy, part) = split(&s[..2]);
+        let (quiet, grants) = idle_handoffs(&n);
+        let busy = s[0] + s[1];
+        let alone = [s[0] / s[2].max(1e-9), s[1] / s[2].max(1e-9)];
         eprintln!(
-            "{engine}: depth 1: a (30) {:.3}, b (70) {:.3}; busy {busy:.3}, twin alone {:.3}; \
-             a's part: of what ran {:.3}, charged {charged:.3}",
-            s[0], s[1], s[2], part[0]
+            "{engine}: depth 1: a (30) {:.3}, b (70) {:.3} of the device; busy {busy:.3}, twin \
+             alone {:.3}; of what one alone gets: a {:.3}, b {:.3}; a charged {charged:.3}; \
+             {quiet} of {grants} leases handed on as idle",
+            s[0], s[1], s[2], alone[0], alone[1]
         );
-        got.push((engine, busy, s[2], part[0], charged));
+        got.push((engine, busy, s[2], alone, charged, (quiet, grants)));
     }
-    for (engine, busy, twin, ran, charged) in got {
+    for (engine, busy, twin, alone, charged, (quiet, grants)) in got {
+        // Neither tenant is ever idle (its host gap is ~25 µs, the gate's linger 200 µs): a
+        // lease handed on as idle is a host hiccup or a gate that missed a running kernel
+        // (before the fix, a fifth of the leases: 59 of 301 in a traced run).
+        assert!(
+            quiet * 10 <= grants,
+            "{engine}: {quiet} of {grants} leases were handed on as idle"
+        );
         assert!(
             (charged - 0.30).abs() <= 0.02,
             "{engine}: a was charged {charged:.3}"
         );
-        assert!(
-            (ran - 0.30).abs() <= 0.03,
-            "{engine}: a ran {ran:.3} of what ran"
-        );
+        for (name, want, part) in [("a", 0.30, alone[0]), ("b", 0.70, alone[1])] {
+            assert!(
+                (part - want).abs() <= 0.02,
+                "{engine}: {name} got {part:.3} of what one tenant alone gets (twin {twin:.3})"
+            );
+        }
         let floor = if twin >= 0.97 { 0.95 } else { twin - 0.02 };
         assert!(
             busy >= floor,

@@ -639,6 +639,13 @@ fn watch_quiet(gate: &Gate<'_>, e: usize, grant: u32) {
         if ent.lease.launching() || !holding() {
             continue;
         }
+        if any_running(e, query, &mut snap) {
+            // A launch whose thread left `launching` after the snapshot above: its event was
+            // not in it (issue 36: a thread woken by the grant together with this one launched
+            // while this one looked, and a depth-1 tenant was taken for idle with its kernel
+            // running, at one grant in five).
+            continue;
+        }
         // The quiet spell starts now; the launch that ends it says how long it was.
         ent.linger.going_quiet(futex::now_ns());
         if !gate.go_quiet(&ent.lease, grant) {
@@ -655,6 +662,25 @@ fn watch_quiet(gate: &Gate<'_>, e: usize, grant: u32) {
         }
         return;
     }
+}
+
+/// Whether a queue-bound event of entry `e` is still running (no query: not known, `false`);
+/// `snap` is scratch space.
+fn any_running(
+    e: usize,
+    query: Option<gpuslice_cuda_abi::pfn::cuEventQuery>,
+    snap: &mut Vec<usize>,
+) -> bool {
+    let Some(query) = query else {
+        return false;
+    };
+    snap.clear();
+    if let Ok(q) = ENTRIES[e].events.lock() {
+        snap.extend(q.iter().map(|x| x.ev));
+    }
+    // SAFETY: queue-bound events of this process, recycled but never destroyed once recorded.
+    snap.iter()
+        .any(|&ev| unsafe { query(ev as CUevent) } == CUDA_ERROR_NOT_READY)
 }
 
 /// Leaves `near` for `grant` once per grant (the last kernel is running, or all is drained)

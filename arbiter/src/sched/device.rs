@@ -963,6 +963,7 @@ impl Loop {
                     },
                     holds: s.holds,
                     held_ns: s.held_ns,
+                    quiet_revokes: s.quiet_revokes,
                     loop_wakes: self.rt.get(i).map_or(0, |rt| rt.wakes.total),
                     loop_wakes_peak: self.rt.get(i).map_or(0, |rt| rt.wakes.peak),
                     wake_mutes: self.rt.get(i).map_or(0, |rt| rt.wakes.mutes_total),

@@ -144,6 +144,9 @@ pub struct Acct {
     pub since_hold: u32,
     /// ns charged for holds.
     pub held_ns: u64,
+    /// Leases handed on because the slice was idle (every process of it quiet, `busy`) while
+    /// others waited.
+    pub quiet_revokes: u64,
 }
 
 /// Drain times kept per slice for the status's percentile.
@@ -321,6 +324,7 @@ impl Policy {
             timeout_streak: 0,
             no_progress: 0,
             holds: 0,
+            quiet_revokes: 0,
             hold_misses: 0,
             since_hold: 0,
             held_ns: 0,
@@ -585,6 +589,7 @@ impl Policy {
         let lingering = linger_until.is_some_and(|t| now < t);
         if obs.quiet && h.progress && !obs.waiting && !others.is_empty() && !lingering {
             self.quiet_revoke = true;
+            self.slices[me].quiet_revokes += 1;
             return Decision::Revoke;
         }
         if now.saturating_sub(h.checked_at) >= check_every {

@@ -54,6 +54,10 @@ pub struct SliceShare {
     /// ns of those holds, charged to the slice (within `charged_ns`).
     #[serde(default)]
     pub held_ns: u64,
+    /// Leases handed on because every process of the slice was idle while others waited
+    /// (`docs/scheduling.md`, "Idle holders").
+    #[serde(default)]
+    pub quiet_revokes: u64,
     /// Times a word of the slice (`demand`, `busy`, `pending`) woke the device loop, ever
     /// (`docs/scheduling.md`, "Hostile usage words").
     #[serde(default)]

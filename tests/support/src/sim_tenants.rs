@@ -16,11 +16,22 @@ pub const ENGINES: [&str; 2] = ["timeslice", "kernel"];
 /// A node on engine `engine` with `devices` (`GPUSLICE_SIM_DEVICES`; `None`: one device), its
 /// arbiter reserving 16 MiB a context and nothing for modules.
 pub fn node(tag: &str, engine: &'static str, devices: Option<&str>) -> SimNode {
+    start(tag, engine, devices, false)
+}
+
+/// [`node`] with its arbiter serving metrics ([`SimNode::scrape`]).
+pub fn node_with_metrics(tag: &str, engine: &'static str, devices: Option<&str>) -> SimNode {
+    start(tag, engine, devices, true)
+}
+
+fn start(tag: &str, engine: &'static str, devices: Option<&str>, metrics: bool) -> SimNode {
     let mut cfg = NodeConfig {
         config: "[admission]\ncontext_reserve = \"16Mi\"\nmodule_allowance = \"0\"\n".into(),
-        log_level: "warn".into(),
+        // The metrics address is logged at `info`.
+        log_level: if metrics { "info" } else { "warn" }.into(),
         needs: vec!["gpuslice-workload"],
         engine: Some(engine),
+        metrics,
         ..NodeConfig::default()
     };
     if let Some(d) = devices {
