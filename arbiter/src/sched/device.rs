@@ -247,6 +247,14 @@ impl Loop {
             let now = futex::now_ns();
             self.observe(now);
             let decision = self.policy.decide(now);
+            if !matches!(decision, Decision::Keep { .. } | Decision::Idle { .. }) {
+                tracing::trace!(
+                    t = now,
+                    ?decision,
+                    quiet = self.policy.revoke_was_quiet(),
+                    "decided"
+                );
+            }
             let wake_at = match decision {
                 Decision::Grant(i) => {
                     self.grant(i, now);
@@ -492,6 +500,7 @@ impl Loop {
             0 => self.next_grant_id(),
             pass => pass,
         };
+        tracing::trace!(t = now, slice = %self.policy.slices()[i].id, grant = id, "grant");
         if let Some(s) = self.rt[i].sched() {
             s.grant(id);
             // SAFETY: the lease word of the mapping `self.rt[i]` keeps alive.
@@ -554,6 +563,7 @@ impl Loop {
         // SAFETY: the lease word of the mapping `self.rt[h]` keeps alive.
         unsafe { futex::wake_shared(s.slot.word_addr()) };
         let start = futex::now_ns();
+        tracing::trace!(t = start, slice = %self.policy.slices()[h].id, grant, "revoke");
         Some(Drain {
             id: self.policy.slices()[h].id.clone(),
             grant,
@@ -627,6 +637,7 @@ impl Loop {
             }
             while let Some((at, timed_out)) = self.draining.first().and_then(|d| d.over) {
                 let d = self.draining.remove(0);
+                tracing::trace!(t = at, slice = %d.id, timed_out, "drain reported");
                 self.record_drain_times(&d, at);
                 self.charge_drain(&d, d.cap.map_or(at, |c| at.min(c)), timed_out);
             }
@@ -780,6 +791,7 @@ impl Loop {
             }
             self.wait_pending(&d, now);
         };
+        tracing::trace!(t = end, slice = %d.id, timed_out, "drain reported");
         if let Some(h) = self.policy.holder() {
             self.policy.record_drain(h, end.saturating_sub(d.start));
         }

@@ -396,6 +396,7 @@ impl Policy {
     /// Charges slice `i` for `[from, to)` of device time.
     fn charge(&mut self, i: usize, from: u64, to: u64) {
         if to > from {
+            tracing::trace!(slice = %self.slices[i].id, from, to, "charged");
             self.charge_ns(i, to - from);
             self.slices[i].window.add(from, to);
         }

@@ -58,6 +58,9 @@ pub struct SimConfig {
     pub engine: EngineMode,
     /// Length of one time slice in [`EngineMode::Timeslice`].
     pub timeslice_ns: u64,
+    /// File every process appends the engine's timeline to (`GPUSLICE_SIM_TRACE`; not part
+    /// of the state's fingerprint: traced and untraced processes share a node).
+    pub trace: Option<PathBuf>,
 }
 
 /// How a device's engine arbitrates between processes (`GPUSLICE_SIM_ENGINE`).
@@ -285,6 +288,7 @@ impl Default for SimConfig {
             ctx_switch_ns: 25_000,
             engine: EngineMode::Timeslice,
             timeslice_ns: DEFAULT_TIMESLICE_NS,
+            trace: None,
         }
     }
 }
@@ -366,6 +370,12 @@ impl SimConfig {
                         "not microseconds 0..=1000000",
                     )
                 })?;
+        }
+        if let Some(v) = get("GPUSLICE_SIM_TRACE") {
+            if v.is_empty() {
+                return Err(bad("GPUSLICE_SIM_TRACE", &v, "empty path"));
+            }
+            c.trace = Some(PathBuf::from(v));
         }
         if let Some(v) = get("GPUSLICE_SIM_ENGINE") {
             c.engine = match v.trim() {

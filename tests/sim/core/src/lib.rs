@@ -17,6 +17,7 @@ mod memtxn;
 mod node;
 pub mod procs;
 pub mod shm;
+mod trace;
 
 pub use clock::{now_ns, sleep_until};
 pub use config::{DeviceSpec, EngineMode, SimConfig, MAX_DEVICES};

@@ -12,6 +12,7 @@ use crate::layout as L;
 use crate::liveness::{self, LockFile, Owner};
 use crate::procs::{self_identity, RobustLock};
 use crate::shm::Shm;
+use crate::trace::Trace;
 
 /// A live process holding a context or memory on a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +41,8 @@ pub struct Node {
     /// `Node` of the process on the same file.
     key: (u64, u64),
     pub(crate) queues: Vec<(Mutex<LocalQueue>, Condvar)>,
+    /// `GPUSLICE_SIM_TRACE`'s file, when set.
+    pub(crate) trace: Option<Trace>,
 }
 
 impl std::fmt::Debug for Node {
@@ -166,12 +169,14 @@ impl Node {
             .map(|_| (Mutex::new(LocalQueue::default()), Condvar::new()))
             .collect();
         let meta = file.metadata().map_err(|e| st("stat", e))?;
+        let trace = cfg.trace.as_deref().map(Trace::open).transpose()?;
         Ok(Node {
             cfg,
             shm,
             _file: file,
             key: (meta.dev(), meta.ino()),
             queues,
+            trace,
         })
     }
 

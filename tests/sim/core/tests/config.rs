@@ -174,3 +174,19 @@ fn engine_mode_and_timeslice() {
         "nor of different time slices"
     );
 }
+
+#[test]
+fn trace_file_is_optional_and_not_fingerprinted() {
+    assert_eq!(parse(&[]).expect("parses").trace, None);
+    let t = parse(&[("GPUSLICE_SIM_TRACE", "/tmp/x.trace")]).expect("parses");
+    assert_eq!(
+        t.trace.as_deref(),
+        Some(std::path::Path::new("/tmp/x.trace"))
+    );
+    assert_eq!(
+        t.fingerprint(),
+        parse(&[]).expect("parses").fingerprint(),
+        "traced and untraced processes share a node"
+    );
+    assert_config_err(&[("GPUSLICE_SIM_TRACE", "")], "GPUSLICE_SIM_TRACE", "");
+}

@@ -151,6 +151,13 @@ impl Node {
             EngineMode::Timeslice => self.timeslice_execute(d, s, dur, ready, on_end),
         };
         self.queue_leave(d);
+        if let Some(tr) = &self.trace {
+            let pid = crate::procs::self_identity().0;
+            if self.cfg.engine == EngineMode::Kernel {
+                tr.run(pid, d, t.start_ns, t.end_ns);
+            }
+            tr.kernel(pid, d, ready, t.start_ns, t.end_ns);
+        }
         t
     }
 

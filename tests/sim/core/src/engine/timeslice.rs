@@ -39,6 +39,11 @@ impl Sink for Commit<'_> {
             return;
         }
         let (n, d) = (self.node, self.d);
+        if let Some(tr) = &n.trace {
+            // The slot's tag is `(state << 32) | pid` (its owner's pid).
+            let tag = n.shm.u64(L::slot(slot, L::S_TAG)).load(Ordering::Relaxed);
+            tr.run((tag & 0xffff_ffff) as u32, d, s0, s1);
+        }
         add_to_buckets(n, L::dev(d, L::D_BUCKETS), s0, s1);
         add_to_buckets(n, L::sdev(slot, d, L::SD_BUCKETS), s0, s1);
         self.bulk(slot, s1 - s0);
