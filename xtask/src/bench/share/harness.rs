@@ -27,18 +27,20 @@ pub(super) fn node(dist: &Path, tag: &str, devices: &str, engine: &'static str) 
 }
 
 /// The arbiter of one scenario on `node` (in `<node>/arbiter-<quantum>`): the scheduler's
-/// `quantum` and `realtime_priority = rt`, `admission` as the body of `[admission]`, no
-/// metrics, and the scheduler's status file written ([`Arbiter::sched_status`]). Early
-/// hand-offs as `GPUSLICE_SCHED_EARLY_HANDOFF` says (on by default).
+/// `quantum` and `realtime_priority = rt` (and `scheduler`, more lines of that section),
+/// `admission` as the body of `[admission]`, no metrics, and the scheduler's status file
+/// written ([`Arbiter::sched_status`]). Early hand-offs as `GPUSLICE_SCHED_EARLY_HANDOFF` says
+/// (on by default).
 pub(super) fn start_arbiter(
     node: &SimNode,
     quantum: &str,
     admission: &str,
     rt: u32,
+    scheduler: &str,
 ) -> Result<Arbiter> {
     let config = format!(
         "[admission]\n{admission}\n[metrics]\nenabled = false\n[scheduler]\n\
-         quantum = \"{quantum}\"\nrealtime_priority = {rt}\n"
+         quantum = \"{quantum}\"\nrealtime_priority = {rt}\n{scheduler}"
     );
     let early = std::env::var("GPUSLICE_SCHED_EARLY_HANDOFF").unwrap_or_else(|_| "1".into());
     let mut arb = node.new_arbiter(&format!("arbiter-{quantum}"), &config)?;

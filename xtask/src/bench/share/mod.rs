@@ -32,13 +32,17 @@ use thirty_seventy::thirty_seventy;
 /// the scale run (default 1024: 256 slices × 4); `rt=0,10` runs the scale scenario once per
 /// `[scheduler] realtime_priority` listed, one after the other (default `0`);
 /// `engines=timeslice,kernel` the simulator's engine models every scenario runs under, one
-/// after the other, printed side by side (default both).
+/// after the other, printed side by side (default both); `trainer=N` the guarantee of the
+/// trainer beside the server in the two-tenant serving rows (default 50; 0: best effort);
+/// `high_linger=DUR` the arbiter's `scheduler.high_linger` (`250us`, `1ms`; default its own).
 struct Opts {
     only: Option<Vec<String>>,
     kernels: Vec<u64>,
     procs: usize,
     rt: Vec<u32>,
     engines: Vec<&'static str>,
+    trainer: u32,
+    high_linger: Option<String>,
 }
 
 impl Opts {
@@ -49,6 +53,8 @@ impl Opts {
             procs: 1024,
             rt: vec![0],
             engines: ENGINES.to_vec(),
+            trainer: 50,
+            high_linger: None,
         };
         for a in args {
             match a.split_once('=') {
@@ -104,12 +110,37 @@ impl Opts {
                         })
                         .collect::<Result<_>>()?;
                 }
+                Some(("trainer", v)) => {
+                    o.trainer = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= 80)
+                        .with_context(|| format!("{a:?}: the trainer's guarantee must be a percentage from 0 (best effort) to 80"))?;
+                }
+                Some(("high_linger", v)) => {
+                    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+                    let unit = &v[digits.len()..];
+                    if digits.is_empty()
+                        || !digits.bytes().all(|b| b.is_ascii_digit())
+                        || !["us", "ms", "s"].contains(&unit)
+                    {
+                        bail!("{a:?}: high_linger must be a whole number of us, ms or s (1ms)");
+                    }
+                    o.high_linger = Some(v.to_string());
+                }
                 _ => bail!(
-                    "unknown option {a:?}; options: only=LIST kernels=LIST procs=N rt=LIST engines=LIST"
+                    "unknown option {a:?}; options: only=LIST kernels=LIST procs=N rt=LIST engines=LIST trainer=N high_linger=DUR"
                 ),
             }
         }
         Ok(o)
+    }
+
+    /// What the options add to the arbiter's `[scheduler]` section.
+    fn scheduler_lines(&self) -> String {
+        self.high_linger
+            .as_ref()
+            .map_or_else(String::new, |l| format!("high_linger = \"{l}\"\n"))
     }
 
     fn wants(&self, scenario: &str) -> bool {
@@ -131,7 +162,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for &engine in &opts.engines {
         let node = node(&dist, &format!("share-{engine}"), DEVICES, engine);
         let sim = node.open_sim()?;
-        let arb = start_arbiter(&node, "5ms", ADMISSION, 0)?;
+        let arb = start_arbiter(&node, "5ms", ADMISSION, 0, &opts.scheduler_lines())?;
         nodes.push((engine, node, sim, arb));
     }
     let ctxs: Vec<Ctx> = nodes
@@ -194,7 +225,8 @@ pub fn run(args: &[String]) -> Result<()> {
         each(priority)?;
     }
     if opts.wants("serving") {
-        each(serving::serving)?;
+        ctxs.iter()
+            .try_for_each(|c| serving::serving(c, opts.trainer))?;
     }
     drop(ctxs);
     let mut kept = Vec::new();
@@ -224,6 +256,26 @@ mod tests {
 
     fn parse(args: &[&str]) -> anyhow::Result<Opts> {
         Opts::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn trainer_and_high_linger_are_checked_and_named() {
+        let o = parse(&[]).unwrap();
+        assert_eq!((o.trainer, o.scheduler_lines()), (50, String::new()));
+        let o = parse(&["trainer=30", "high_linger=1ms"]).unwrap();
+        assert_eq!(o.trainer, 30);
+        assert_eq!(o.scheduler_lines(), "high_linger = \"1ms\"\n");
+        for (bad, why) in [
+            ("trainer=81", "0 (best effort) to 80"),
+            ("trainer=x", "0 (best effort) to 80"),
+            ("high_linger=1", "us, ms or s"),
+            ("high_linger=ms", "us, ms or s"),
+            ("high_linger=1min", "us, ms or s"),
+            ("high_linger=1.5ms", "us, ms or s"),
+        ] {
+            let e = format!("{:#}", parse(&[bad]).err().unwrap());
+            assert!(e.contains(bad) && e.contains(why), "{e}");
+        }
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub(super) fn scale(dist: &Path, procs: usize, rt: u32, engine: &'static str) ->
         "5ms",
         "context_reserve = \"300Mi\"\nmodule_allowance = \"0\"\nprocesses_per_slice = 4",
         rt,
+        "",
     )?;
     let slices = procs.div_ceil(4);
     for i in 0..slices {

@@ -15,7 +15,7 @@ pub(super) fn sweep(node: &SimNode, sim: &Node, engine: &str) -> Result<()> {
         "quantum", "A", "B", "device", "load"
     );
     for q in ["2ms", "5ms", "10ms"] {
-        let arb = start_arbiter(node, q, ADMISSION, 0)?;
+        let arb = start_arbiter(node, q, ADMISSION, 0, "")?;
         let da = arb.admit("a", "\"compute\":30,\"memory\":\"1Gi\"")?;
         let db = arb.admit("b", "\"compute\":70,\"memory\":\"1Gi\"")?;
         let kids = vec![
