@@ -832,6 +832,10 @@ def fmt_num(v):
 
 def main():
     repo = os.path.dirname(os.path.dirname(HERE))
+    def trainer_percent(v):
+        if not v.isdigit() or not 1 <= int(v) <= 80:
+            raise argparse.ArgumentTypeError(f"{v!r} is not a percentage from 1 to 80")
+        return int(v)
     ap = argparse.ArgumentParser(description="gpuslice real-GPU validation kit (issue #8)")
     ap.add_argument("--dry-run", action="store_true",
                     help="use the simulated GPU in DIST/sim and gpuslice-workload (no PyTorch)")
@@ -841,6 +845,9 @@ def main():
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for everything")
     ap.add_argument("--only", default="memory,shares,overhead,latency,serving",
                     help="sections, comma-separated; also `graphs` (real GPU only)")
+    ap.add_argument("--serving-trainer-compute", metavar="PERCENT", type=trainer_percent,
+                    help="guarantee the trainer of the two-tenant serving rows this share "
+                         "(default: none, best effort like the server): the server's headroom")
     ap.add_argument("--arbiter-config", metavar="TOML",
                     help="a file of arbiter settings appended to the kit's config "
                          "(not [metrics] or [backstop]): compare a setting in two runs")

@@ -81,10 +81,14 @@ def run(kit):
     if kit.ctx_charge is None:
         kit.context_row(S)
     charge = kit.ctx_charge or 0
-    trainer = ("trainer", ["--memory", "16Gi"])
+    # The server's headroom: with both best effort each weighs half of the device; a trainer
+    # guaranteed less leaves the server's bursts more (`--serving-trainer-compute`).
+    share = getattr(kit.args, "serving_trainer_compute", None)
+    trainer = ("trainer", ["--memory", "16Gi"] + (["--compute", str(share)] if share else []))
+    beside = f"beside the trainer (guaranteed {share}%)" if share else "beside the trainer"
     plans = [("alone", [], []),
-             ("beside the trainer, normal priority", [], [trainer]),
-             ("beside the trainer, priority high", ["--priority", "high"], [trainer]),
+             (f"{beside}, normal priority", [], [trainer]),
+             (f"{beside}, priority high", ["--priority", "high"], [trainer]),
              ("bare beside the bare trainer (no gpuslice: the driver's time-slicing)", None,
               [trainer]),
              ("three tenants: server high 20%, trainer 50%, batch 30%",
