@@ -72,6 +72,32 @@ def parse_kv(text):
     return out
 
 
+def cpu_seconds(pids):
+    """CPU seconds (user + system) the threads of `pids` have used so far: (all threads, the
+    interposer's gate threads, named `gpuslice-gate<N>`). Threads that ended are not counted."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = gate = 0.0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            comm = st[st.index("(") + 1:st.rindex(")")]
+            fields = st[st.rindex(")") + 2:].split()
+            # utime and stime are fields 14 and 15 of stat, 12 and 13 after the state.
+            secs = (int(fields[11]) + int(fields[12])) / tick
+            total += secs
+            if comm.startswith("gpuslice-gate"):
+                gate += secs
+    return total, gate
+
+
 class NvmlSampler:
     """NVML's raw per-process utilisation samples (pid, timestamp µs, smUtil) during a run, with
     nvidia-ml-py when the machine has it (real GPU only; the kit needs nothing beyond the
@@ -548,6 +574,8 @@ class Kit:
                 "matmul", seconds=secs, start_at=start_at))) for g in guar]
             utils, pm = [], {}
             time.sleep(lead + secs * 0.3)
+            groups = [self.group_pids(p.pid) | {p.pid} for p in ps]
+            cpu0 = ([cpu_seconds(g) for g in groups], time.monotonic())
             for _ in range(3):
                 u = self.util()
                 if u is not None:
@@ -555,6 +583,7 @@ class Kit:
                 for pid, v in self.pmon().items():
                     pm.setdefault(pid, []).append(v)
                 time.sleep(secs * 0.15)
+            cpu1 = ([cpu_seconds(g) for g in groups], time.monotonic())
             res = [self.finish(p, secs + lead + 90) for p in ps]
             sampler.stop()
             name = "/".join(map(str, guar))
@@ -583,6 +612,15 @@ class Kit:
                 self.row(S, f"{name}: guarantee {g}% achieved (throughput / alone)",
                          (f"{ach * 100:.1f}%" if ach is not None else f"failed rc={rc}") + extra,
                          f"{g}% +-{tol}", "PASS" if ok else "FAIL")
+            # CPU of each tenant while sharing: its gate thread waits for its queue-bound events
+            # as the context is set up to (`CU_CTX_SCHED_AUTO` spins with fewer contexts than
+            # cores), so this shows what gpuslice costs a tenant's host beside its own threads.
+            span = max(cpu1[1] - cpu0[1], 1e-3)
+            cores = [((a1 - a0) / span, (g1 - g0) / span)
+                     for (a0, g0), (a1, g1) in zip(cpu0[0], cpu1[0])]
+            raw["cpu_cores"] = cores
+            self.row(S, f"{name}: CPU of each tenant while sharing, cores (all threads / gate "
+                        "thread)", "; ".join(f"{a:.2f} / {g:.2f}" for a, g in cores), "", "info")
             u = f"{sum(utils) / len(utils):.0f}%" if utils else "n/a"
             raw["sum_achieved"] = total
             self.row(S, f"{name}: sum of achieved / NVML device utilisation",
