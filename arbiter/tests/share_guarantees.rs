@@ -161,8 +161,9 @@ fn a_saturating_high_priority_slice_leaves_the_others_their_guarantees() {
 /// must not idle between them (issue 36: 26/67 before, 33.8/66.2 charged).
 ///
 /// Each gets its guarantee ± 2 points of the device time the two used, the scheduler charges
-/// each its guarantee ± 2 points, and the device is at least 95 % busy (or the lone twin less
-/// 2 points when the host keeps even the twin under 97 %). What neither can use — a depth-1
+/// each its guarantee ± 2 points, and the device is at least 95 % busy. When the host keeps
+/// even the twin under 97 % busy (a loaded host), the parts get ± 3, the device the twin less
+/// 2 points, and the idle hand-offs a fifth of the leases. What neither can use — a depth-1
 /// tenant's own host round trip between a kernel's end and its next launch, which no exclusive
 /// lease can fill — is the busy criterion's, not a share's: on the real driver it is µs, on
 /// the simulator 15–35 µs per kernel (the stream worker's wake at the kernel's end, the
@@ -216,12 +217,23 @@ fn two_depth_one_tenants_get_30_70_and_keep_the_device_busy() {
         got.push((engine, busy, s[2], part, charged, (quiet, grants)));
     }
     for (engine, busy, twin, part, charged, (quiet, grants)) in got {
+        // A host that keeps even one tenant alone under 97 % busy is too loaded for the issue's
+        // bounds: its threads are descheduled for longer than the gate's linger (with two
+        // busy loops beside the test, 6–14 % of the leases went as idle and a's part of what
+        // ran was 27.2–32.0 %, before this session's gate fix and after alike).
+        let loaded = twin < 0.97;
+        let (idle_cap, part_tol, floor) = if loaded {
+            (0.20, 0.03, twin - 0.02)
+        } else {
+            (0.10, 0.02, 0.95)
+        };
         // Neither tenant is ever idle (its host gap is ~25 µs, the gate's linger 200 µs): a
         // lease handed on as idle is a host hiccup or a gate that missed a running kernel
-        // (before the fix, a fifth of the leases: 59 of 301 in a traced run).
+        // (before the fix, 14–26 % of the leases on a quiet host).
         assert!(
-            quiet * 10 <= grants,
-            "{engine}: {quiet} of {grants} leases were handed on as idle"
+            quiet as f64 <= idle_cap * grants as f64,
+            "{engine}: {quiet} of {grants} leases were handed on as idle (one tenant alone got \
+             {twin:.3})"
         );
         assert!(
             (charged - 0.30).abs() <= 0.02,
@@ -229,11 +241,11 @@ fn two_depth_one_tenants_get_30_70_and_keep_the_device_busy() {
         );
         for (name, want, got) in [("a", 0.30, part[0]), ("b", 0.70, part[1])] {
             assert!(
-                (got - want).abs() <= 0.02,
-                "{engine}: {name} ran {got:.3} of what the two ran"
+                (got - want).abs() <= part_tol,
+                "{engine}: {name} ran {got:.3} of what the two ran (one tenant alone got \
+                 {twin:.3})"
             );
         }
-        let floor = if twin >= 0.97 { 0.95 } else { twin - 0.02 };
         assert!(
             busy >= floor,
             "{engine}: the device was busy {busy:.3} (at least {floor:.3}: one tenant alone \
