@@ -37,19 +37,10 @@ impl Node {
     /// the endpoint's `host:port` (from its log).
     pub fn start_arbiter_with_metrics(&self) -> Result<(Arbiter, String)> {
         let a = self.start_arbiter_config("[metrics]\nlisten = \"127.0.0.1:0\"\n")?;
-        let t0 = std::time::Instant::now();
-        loop {
-            let log = a.log();
-            if let Some(rest) = log.split("metrics on http://").nth(1) {
-                let addr = rest.split('/').next().unwrap_or_default().to_string();
-                return Ok((a, addr));
-            }
-            ensure!(
-                t0.elapsed() < std::time::Duration::from_secs(10),
-                "the arbiter logged no metrics address in 10 s:\n{log}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let addr = a
+            .metrics_address(std::time::Duration::from_secs(10))
+            .map_err(anyhow::Error::msg)?;
+        Ok((a, addr))
     }
 
     fn start_arbiter_config(&self, metrics: &str) -> Result<Arbiter> {

@@ -6,7 +6,7 @@
 use crate::Tenant;
 use anyhow::{bail, Context, Result};
 use gpuslice_region::{Limits, Usage};
-use gpuslice_sim_core::{Node as SimNode, SimConfig};
+use gpuslice_sim_core::Node as SimNode;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -77,7 +77,7 @@ impl Node {
             },
         );
         let dir = node.dir.clone();
-        let sim = open_sim(&dir, &config)?;
+        let sim = open_sim(&node)?;
         Ok(Node {
             state: node.state_dir(),
             dir,
@@ -233,7 +233,7 @@ impl Node {
 
     /// A second handle on the simulator's state, for a sampler thread of the trial.
     pub fn sim_reader(&self) -> Result<SimNode> {
-        open_sim(&self.dir, &self.config)
+        open_sim(&self.node)
     }
 
     /// The simulator's ground truth: bytes in use on device 0 by live processes.
@@ -260,22 +260,10 @@ impl Node {
     }
 }
 
-/// Opens the simulator's state of the node in `dir` (the test's own view of the ground truth).
-fn open_sim(dir: &Path, config: &NodeConfig) -> Result<SimNode> {
-    let sim_state = dir.join("sim.state");
-    SimNode::open(
-        SimConfig::from_lookup(|k| match k {
-            "GPUSLICE_SIM_DEVICES" => Some(config.devices.clone()),
-            "GPUSLICE_SIM_STATE" => Some(sim_state.display().to_string()),
-            "GPUSLICE_SIM_CTX_OVERHEAD" => Some(config.ctx_overhead.clone()),
-            "GPUSLICE_SIM_MODULE_OVERHEAD" => Some("0".into()),
-            // Inherited by the node's processes, so part of the configuration they all share.
-            "GPUSLICE_SIM_ENGINE" => std::env::var("GPUSLICE_SIM_ENGINE").ok(),
-            _ => None,
-        })
-        .context("simulator configuration")?,
-    )
-    .context("opening the simulator's state")
+/// Opens the simulator's state of `node` (the test's own view of the ground truth), configured
+/// as the node's processes are.
+fn open_sim(node: &gpuslice_test_support::SimNode) -> Result<SimNode> {
+    node.open_sim().context("opening the simulator's state")
 }
 
 /// Polls `f` every 2 ms until it holds or `limit` passes; returns the time it took, or `None`.

@@ -269,6 +269,24 @@ impl Arbiter {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The `host:port` of the metrics endpoint, from the line the arbiter logs at `info` when
+    /// it binds; polls the log every 20 ms for `limit` at most, then names what it read.
+    pub fn metrics_address(&self, limit: Duration) -> Result<String, String> {
+        let t0 = Instant::now();
+        loop {
+            let log = self.log();
+            if let Some(rest) = log.split("metrics on http://").nth(1) {
+                return Ok(rest.split('/').next().unwrap_or_default().to_string());
+            }
+            if t0.elapsed() >= limit {
+                return Err(format!(
+                    "the arbiter logged no metrics address in {limit:?}; log:\n{log}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The last `n` lines of the log.
     pub fn log_tail(&self, n: usize) -> String {
         crate::tail_lines(&self.log(), n)

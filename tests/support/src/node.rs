@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `target/<profile>`: where this build's binaries and cdylibs are (test binaries run from
 /// `target/<profile>/deps`).
@@ -261,18 +261,9 @@ impl SimNode {
 
     /// Waits (30 s at most) for the arbiter to log its metrics address.
     fn metrics_address(&self) -> String {
-        let t0 = Instant::now();
-        loop {
-            let log = self.log();
-            if let Some(rest) = log.split("metrics on http://").nth(1) {
-                return rest.split('/').next().unwrap_or_default().to_string();
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "no metrics address; log:\n{log}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.arbiter()
+            .metrics_address(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Whose programs the node runs.
