@@ -564,8 +564,13 @@ impl Policy {
         // renewed so the next quantum's launches can be seen.
         let check_every = self.check_every(others.is_empty(), limited);
         let quantum = self.quantum;
-        let owed =
-            self.holder_owed(me, &others) && !others.iter().any(|&i| self.repay_turn(i, now));
+        // A favoured holder keeps the lease at its end: the slice it would go to is one that
+        // favoured slice preempts at its next launch, which then waits for that slice's
+        // running kernel (issue 36: a server decoding through a lease end got a 1.4 ms
+        // trainer kernel in a step every lease, 2 % of its steps). Favour ends, and the lease
+        // with it, once a contending slice falls below its guarantee (`policy/priority.rs`).
+        let owed = (self.holder_owed(me, &others) || self.favoured(me))
+            && !others.iter().any(|&i| self.repay_turn(i, now));
         let Some(h) = self.holder.as_mut() else {
             // Nothing above clears the holder.
             return self.decide_free(now);

@@ -220,6 +220,65 @@ mod tests {
         assert!(f.p.may_pass(hi, back));
     }
 
+    /// A favoured high-priority holder that is ahead in virtual time keeps the lease at its end
+    /// (before, it was revoked there and preempted the trainer back at its next launch, behind
+    /// the trainer's running kernel: a slow step every lease), until a contending slice falls
+    /// below its guarantee: then the lease ends as any other.
+    #[test]
+    fn a_favoured_high_holder_keeps_the_lease_until_favour_ends() {
+        let mut f = Fake::new(5 * MS, MS);
+        let hi = f.p.set_slice(
+            "server",
+            Params {
+                high: true,
+                ..Params::default()
+            },
+            0,
+        );
+        let lo = f.p.set_slice("train", g(30), 0);
+        let at = |f: &mut Fake, t: u64, hi_on: bool, holder: usize| {
+            for (i, on) in [(hi, hi_on), (lo, true)] {
+                let o = Observation {
+                    active: holder == i,
+                    waiting: on,
+                    ..Observation::default()
+                };
+                f.p.observe(i, o, t);
+            }
+            f.p.observed(t);
+        };
+        at(&mut f, 0, false, usize::MAX);
+        assert_eq!(f.p.decide(0), Decision::Grant(lo));
+        f.p.granted(lo, 0);
+        at(&mut f, 500 * MS, true, lo);
+        assert_eq!(f.p.decide(500 * MS), Decision::Preempt);
+        f.p.revoked(501 * MS, false);
+        at(&mut f, 501 * MS, true, usize::MAX);
+        assert_eq!(f.p.decide(501 * MS), Decision::Grant(hi));
+        f.p.granted(hi, 501 * MS);
+        // As a server back from idle between requests is: lifted to the virtual clock, ahead
+        // of the trainer once it has run at all.
+        f.p.slices[hi].vtime = f.p.slices[lo].vtime + 1.0;
+        // The trainer had 500 ms of [0, 500]: at or above its 30 % of the last second until
+        // 1200 ms; the server below its 70 % until about then too.
+        let mut t = 501 * MS;
+        let ended = loop {
+            t += MS;
+            at(&mut f, t, true, hi);
+            match f.p.decide(t) {
+                Decision::Keep { .. } => {}
+                Decision::Revoke => break t,
+                d => panic!("{d:?} at {} ms", t / MS),
+            }
+            assert!(t < 1400 * MS, "the lease never ended");
+        };
+        assert!(
+            ended >= 1195 * MS,
+            "revoked at {} ms, while favoured",
+            ended / MS
+        );
+    }
+
     /// A high-priority server without a guarantee (its weight: the unguaranteed half) that
     /// took its share of the last second beside a trainer guaranteed 50 % that got nothing: the
     /// trainer is owed, and before, it kept the lease lease after lease until its second was
