@@ -120,6 +120,13 @@ def run(kit):
             kit.row(S, "server alone: device ms per decode step / per prefill; device busy",
                     f"{sv.get('step_ms', 0):.3f} / {sv.get('prefill_ms', 0):.3f}; "
                     f"{sv.get('busy_frac', 0) * 100:.1f}%", "", "info")
+            # A neighbour whose kernels run to completion and must not delay a step can use
+            # only the time with no request in progress: its ceiling of what the server leaves.
+            act, busy = sv.get("active_frac", 0), sv.get("busy_frac", 0)
+            kit.row(S, "server alone: wall time with a request in progress; a run-to-completion "
+                    "neighbour's ceiling of what the server leaves",
+                    f"{act * 100:.1f}%; {(1 - act) / (1 - busy) * 100:.1f}%" if busy < 1
+                    else "n/a", "", "info")
             continue
         leaves = 1 - (alone.get("busy_frac", 0) if alone else 0)
         for label, kv in ov.items():

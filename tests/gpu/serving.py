@@ -222,6 +222,9 @@ def serve(torch, rate, seconds, slots, start_at_fn, use_graph=True, device="cuda
     waiting, free = deque(), list(range(slots))
     active = {}  # slot -> [tokens left, time of last token]
     ttft, itl, tokens, served, steps, prefills = [], [], 0, 0, 0, 0
+    # Wall time with a request in prefill or decode (host gaps between steps included): a
+    # neighbour that must not run beside a step can use at most the rest.
+    active_s, busy_since = 0.0, None
     while reqs or waiting or active:
         now = time.perf_counter() - t0
         if now >= seconds + 2.0:  # the window is over: requests still running are cut
@@ -231,6 +234,8 @@ def serve(torch, rate, seconds, slots, start_at_fn, use_graph=True, device="cuda
         while waiting and free:
             arr, plen, olen = waiting.popleft()
             slot = free.pop()
+            if busy_since is None:
+                busy_since = time.perf_counter()
             srv.admit(slot, plen)
             prefills += 1
             t = time.perf_counter() - t0
@@ -254,6 +259,11 @@ def serve(torch, rate, seconds, slots, start_at_fn, use_graph=True, device="cuda
                 served += 1
             else:
                 active[slot] = [left - 1, t]
+        if not active and busy_since is not None:
+            active_s += time.perf_counter() - busy_since
+            busy_since = None
+    if busy_since is not None:
+        active_s += time.perf_counter() - busy_since
     el = time.perf_counter() - t0
     busy = (steps * step_ms + prefills * prefill_ms) / 1e3 / el if el else 0.0
     return {"requests": served, "tokens": tokens, "elapsed_s": f"{el:.3f}",
@@ -261,4 +271,5 @@ def serve(torch, rate, seconds, slots, start_at_fn, use_graph=True, device="cuda
             "ttft_p99_ms": f"{pct(ttft, 0.99):.3f}", "itl_p50_ms": f"{pct(itl, 0.5):.3f}",
             "itl_p99_ms": f"{pct(itl, 0.99):.3f}", "itl_max_ms": f"{max(itl or [0]):.3f}",
             "steps": steps, "step_ms": f"{step_ms:.4f}", "prefill_ms": f"{prefill_ms:.4f}",
-            "busy_frac": f"{busy:.4f}", "graph": int(srv.graph is not None)}
+            "busy_frac": f"{busy:.4f}", "active_frac": f"{active_s / el if el else 0.0:.4f}",
+            "graph": int(srv.graph is not None)}

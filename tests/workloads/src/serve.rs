@@ -9,8 +9,10 @@
 //! of `nodes` kernels of `kernel_us` (a captured decode step), synchronised, and gives one token to
 //! every active request. Prints the same keys as the kit's PyTorch server: time to first token
 //! (arrival to first token, queueing included) and inter-token latency percentiles, tokens/s, and
-//! the fraction of the device the server's kernels took. `--host-us` spins the host between a
-//! step's synchronisation and the next step's launch, as a Python server's bookkeeping does.
+//! the fraction of the device the server's kernels took (`busy_frac`) and of the wall time with a
+//! request in prefill or decode (`active_frac`: a neighbour that must not run beside a step can
+//! use at most the rest). `--host-us` spins the host between a step's synchronisation and the
+//! next step's launch, as a Python server's bookkeeping does.
 
 use crate::session::Session;
 use crate::stats::percentile;
@@ -85,6 +87,9 @@ struct Tally {
     served: u64,
     steps: u64,
     prefill_tokens: u64,
+    /// Wall time with at least one request in prefill or decode: what a neighbour could not use
+    /// without running beside a step (the host gaps between steps included).
+    active: Duration,
 }
 
 /// The `serve` command.
@@ -100,6 +105,8 @@ pub fn run(s: &Session, shape: Shape) -> Result<()> {
     let mut active: Vec<Option<(u64, Instant)>> = vec![None; shape.slots];
     let mut t = Tally::default();
     let start = Instant::now();
+    // Since when at least one request has been in prefill or decode.
+    let mut busy_since: Option<Instant> = None;
     let cut = Duration::from_secs_f64(shape.seconds + DRAIN_S);
     while !(reqs.is_empty() && waiting.is_empty() && free.len() == shape.slots) {
         let now = start.elapsed();
@@ -115,6 +122,7 @@ pub fn run(s: &Session, shape: Shape) -> Result<()> {
         while !free.is_empty() {
             let Some(r) = waiting.pop_front() else { break };
             let Some(slot) = free.pop() else { break };
+            busy_since.get_or_insert_with(Instant::now);
             s.launch_spin(stream, r.prompt * shape.prefill_us_per_token)?;
             s.sync(stream)?;
             let at = Instant::now();
@@ -147,7 +155,15 @@ pub fn run(s: &Session, shape: Shape) -> Result<()> {
                 *a = Some((left - 1, at));
             }
         }
+        if free.len() == shape.slots {
+            if let Some(since) = busy_since.take() {
+                t.active += at - since;
+            }
+        }
         host_work(shape.host_us);
+    }
+    if let Some(since) = busy_since {
+        t.active += since.elapsed();
     }
     report(shape, &mut t, start.elapsed().as_secs_f64());
     Ok(())
@@ -178,7 +194,7 @@ fn report(shape: Shape, t: &mut Tally, elapsed: f64) {
     println!(
         "requests={} tokens={} elapsed_s={elapsed:.3} tokens_per_s={:.1} ttft_p50_ms={:.3} \
          ttft_p99_ms={:.3} itl_p50_ms={:.3} itl_p99_ms={:.3} itl_max_ms={itl_max:.3} steps={} \
-         step_ms={step_ms:.4} prefill_ms={prefill_ms:.4} busy_frac={:.4} host_us={} graph=1",
+         step_ms={step_ms:.4} prefill_ms={prefill_ms:.4} busy_frac={:.4} active_frac={:.4} host_us={} graph=1",
         t.served,
         t.tokens,
         t.tokens as f64 / elapsed,
@@ -188,6 +204,7 @@ fn report(shape: Shape, t: &mut Tally, elapsed: f64) {
         percentile(&t.itl_ms, 0.99),
         t.steps,
         busy_s / elapsed,
+        t.active.as_secs_f64() / elapsed,
         shape.host_us,
     );
 }
