@@ -428,11 +428,11 @@ impl SimNode {
 }
 
 impl Drop for SimNode {
-    /// Kills the arbiter and removes the directory (kept with `GPUSLICE_TRIALS_KEEP` set, to
-    /// look at after a failure).
+    /// Kills the arbiter and removes the directory (kept with `GPUSLICE_KEEP_SCRATCH` or
+    /// `GPUSLICE_TRIALS_KEEP` set, to look at after a failure).
     fn drop(&mut self) {
         self.kill_arbiter();
-        if std::env::var_os("GPUSLICE_TRIALS_KEEP").is_none() {
+        if !crate::scratch::keep() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

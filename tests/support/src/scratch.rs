@@ -4,8 +4,9 @@
 //! Paths are short (`/tmp/gs-<tag>-<pid>-<n>`) because daemons put unix sockets in them (108-byte
 //! limit). Removal never follows a mount: mounts left below the directory are detached first,
 //! and if any remain the directory is left in place with a warning — deleting through a bind
-//! mount would delete the host's files. `GPUSLICE_KEEP_SCRATCH` (or the e2e suites' older
-//! `GPUSLICE_E2E_KEEP`) set keeps every directory for inspection.
+//! mount would delete the host's files. `GPUSLICE_KEEP_SCRATCH` (or the older
+//! `GPUSLICE_E2E_KEEP` and `GPUSLICE_TRIALS_KEEP`) set keeps every directory for inspection,
+//! simulated nodes' (`gs-<tag>-<pid>`) included.
 
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -70,10 +71,16 @@ impl AsRef<std::ffi::OsStr> for Scratch {
     }
 }
 
-fn keep() -> bool {
-    ["GPUSLICE_KEEP_SCRATCH", "GPUSLICE_E2E_KEEP"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
+/// Whether test directories are kept for inspection: `GPUSLICE_KEEP_SCRATCH`, or the older
+/// `GPUSLICE_E2E_KEEP` and `GPUSLICE_TRIALS_KEEP`, set.
+pub(crate) fn keep() -> bool {
+    [
+        "GPUSLICE_KEEP_SCRATCH",
+        "GPUSLICE_E2E_KEEP",
+        "GPUSLICE_TRIALS_KEEP",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
 }
 
 /// Mount points at or below `dir`, deepest first.

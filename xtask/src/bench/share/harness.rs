@@ -30,7 +30,7 @@ pub(super) fn node(dist: &Path, tag: &str, devices: &str, engine: &'static str) 
 /// `quantum` and `realtime_priority = rt` (and `scheduler`, more lines of that section),
 /// `admission` as the body of `[admission]`, no metrics, and the scheduler's status file
 /// written ([`Arbiter::sched_status`]). Early hand-offs as `GPUSLICE_SCHED_EARLY_HANDOFF` says
-/// (on by default).
+/// (on by default); logging as the caller's `RUST_LOG` says (default `warn`).
 pub(super) fn start_arbiter(
     node: &SimNode,
     quantum: &str,
@@ -46,7 +46,10 @@ pub(super) fn start_arbiter(
     let mut arb = node.new_arbiter(&format!("arbiter-{quantum}"), &config)?;
     arb.write_sched_status()
         .env("GPUSLICE_SCHED_EARLY_HANDOFF", early)
-        .env("RUST_LOG", "warn");
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
     arb.start()?;
     Ok(arb)
 }
