@@ -65,7 +65,6 @@ struct Run {
 /// Waits for `server` to exit, sampling the cumulative busy time on device 0 of each of `pids`
 /// every 5 ms while it runs; returns its output and the first and last samples, with the seconds
 /// between them (a process's busy time can no longer be read once it has exited).
-#[allow(clippy::cast_precision_loss)] // ns counts far below 2^52
 fn watch(c: &Ctx, mut server: Child, pids: &[u32]) -> (String, Vec<u64>, Vec<u64>, f64) {
     let sample = || -> Vec<u64> { pids.iter().map(|&p| c.sim.process_busy_ns(0, p)).collect() };
     let (t0, first) = (Instant::now(), sample());
